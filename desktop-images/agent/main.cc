@@ -1,0 +1,118 @@
+// deskbox-agent: the guest agent. Started as root by the guest's PID 1 with stderr on the
+// console; see README.md for what it does and its options.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include <google/protobuf/stubs/logging.h>
+
+#include "agent/clock.h"
+#include "agent/desktop_probe.h"
+#include "agent/log.h"
+#include "agent/port.h"
+#include "agent/process.h"
+#include "agent/service.h"
+#include "agent/system_control.h"
+#include "agent/task_runner.h"
+
+namespace {
+
+using namespace deskbox::agent;
+
+constexpr size_t kMaxConcurrentTasks = 16;
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: deskbox-agent [--port-name=NAME] [--device=PATH] [--sysfs-dir=DIR] "
+               "[--dev-dir=DIR]\n"
+               "  --port-name  virtio-serial port name (default org.deskbox.agent)\n"
+               "  --device     open PATH instead of looking the port up\n"
+               "  --sysfs-dir  where to look (default /sys/class/virtio-ports)\n"
+               "  --dev-dir    where the port devices are (default /dev)\n");
+}
+
+bool TakeValue(std::string_view arg, std::string_view flag, std::string& out) {
+  if (!arg.starts_with(flag) || arg.size() <= flag.size() || arg[flag.size()] != '=') return false;
+  out = std::string(arg.substr(flag.size() + 1));
+  return true;
+}
+
+// Children get 0/1/2 from pipes via dup2; make sure those numbers are never free, so a new
+// descriptor is never one of them.
+void EnsureStandardFds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+      const int null_fd = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (null_fd >= 0 && null_fd != fd) {
+        ::dup2(null_fd, fd);
+        ::close(null_fd);
+      }
+    }
+  }
+}
+
+// protobuf's own diagnostics (e.g. "invalid UTF-8 when parsing") in our one-line format.
+void ProtobufLog(google::protobuf::LogLevel, const char*, int, const std::string& message) {
+  Log("protobuf: ", message);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  PortOptions port_options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (TakeValue(arg, "--port-name", port_options.port_name) ||
+        TakeValue(arg, "--device", port_options.device) ||
+        TakeValue(arg, "--sysfs-dir", port_options.sysfs_dir) ||
+        TakeValue(arg, "--dev-dir", port_options.dev_dir)) {
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      Usage();
+      return 0;
+    }
+    std::fprintf(stderr, "deskbox-agent: unknown argument: %s\n", argv[i]);
+    Usage();
+    return 2;
+  }
+
+  EnsureStandardFds();
+  google::protobuf::SetLogHandler(&ProtobufLog);
+  // Before any thread exists, so every thread inherits the mask: SIGIO (host connect),
+  // SIGTERM and SIGINT are only ever read from the signalfd in the I/O loop.
+  sigset_t handled;
+  sigemptyset(&handled);
+  sigaddset(&handled, SIGIO);
+  sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // EPIPE from a child's closed stdin is handled
+  ::signal(SIGHUP, SIG_IGN);   // console hangups
+  const int signal_fd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) Log("signalfd: ", std::strerror(errno), " (falling back to 1 s polling)");
+
+  SystemClock clock;
+  LinuxSystemControl system;
+  SpawnProcessRunner processes;
+  LinuxDesktopProbe desktop(processes);
+  ThreadTaskRunner tasks(kMaxConcurrentTasks);
+  AgentService service(AgentDeps{clock, system, processes, desktop, tasks});
+  PortLoop loop(service, VirtioPortOpener(port_options));
+
+  Log("starting: protocol ", kProtocolVersion, ", port ",
+      port_options.device.empty() ? port_options.port_name : port_options.device, ", pid ",
+      ::getpid());
+  loop.Run(signal_fd);
+  // Unfinished file writes were discarded by the loop. Do not wait for running commands (an
+  // Exec may run for an hour): leave now.
+  Log("exiting");
+  std::_Exit(0);
+}

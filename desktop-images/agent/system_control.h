@@ -1,0 +1,32 @@
+// Privileged operations on the guest kernel, behind an interface so tests never change the
+// clock or the entropy pool of the machine that runs them.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <span>
+#include <string>
+
+#include "agent/error.h"
+
+namespace deskbox::agent {
+
+class SystemControl {
+ public:
+  virtual ~SystemControl() = default;
+  // clock_settime(CLOCK_REALTIME).
+  virtual std::expected<void, AgentError> SetRealtime(int64_t unix_time_ns) = 0;
+  // RNDADDENTROPY with full credit (8 bits per byte), then RNDRESEEDCRNG, on /dev/random.
+  virtual std::expected<void, AgentError> AddEntropyAndReseed(std::span<const uint8_t> bytes) = 0;
+  // uname(2) release, e.g. "6.1.0-18-amd64".
+  virtual std::string KernelRelease() = 0;
+};
+
+class LinuxSystemControl final : public SystemControl {
+ public:
+  std::expected<void, AgentError> SetRealtime(int64_t unix_time_ns) override;
+  std::expected<void, AgentError> AddEntropyAndReseed(std::span<const uint8_t> bytes) override;
+  std::string KernelRelease() override;
+};
+
+}  // namespace deskbox::agent

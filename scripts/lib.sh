@@ -1,0 +1,39 @@
+# Shared helpers for scripts/*: stage timing and paths. Source it; do not run it.
+set -euo pipefail
+DESKBOX_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${DESKBOX_BUILD_DIR:-$DESKBOX_ROOT/build}"
+CACHE_DIR="${DESKBOX_CACHE_DIR:-/var/cache/deskbox}"
+export DESKBOX_CACHE_DIR="$CACHE_DIR"
+STAGE_LOG="${STAGE_LOG:-}"
+
+_stage_times=()
+# stage NAME command...: runs the command, prints how long it took.
+stage() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  printf '\n==> %s\n' "$name" >&2
+  "$@"
+  local dt=$((SECONDS - t0))
+  printf '<== %s: %d s\n' "$name" "$dt" >&2
+  _stage_times+=("$(printf '%-22s %5d s' "$name" "$dt")")
+}
+print_stage_times() {
+  printf '\nstage times:\n' >&2
+  local s
+  for s in "${_stage_times[@]}"; do printf '  %s\n' "$s" >&2; done
+}
+
+build() {
+  cmake -S "$DESKBOX_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  ninja -C "$BUILD_DIR"
+}
+
+# Builds the guest image and the template if their cache keys are missing; prints the
+# template's directory name (under $CACHE_DIR/templates) on stdout.
+build_artifacts() {
+  local image
+  image=$("$DESKBOX_ROOT/desktop-images/image/build-image" --agent "$BUILD_DIR/desktop-images/deskbox-agent" \
+            --cache-dir "$CACHE_DIR")
+  "$BUILD_DIR/bin/deskbox-template" --cache-dir "$CACHE_DIR" --image "$(basename "$image")" \
+      --screen "${DESKBOX_SCREEN:-1280x800}"
+}

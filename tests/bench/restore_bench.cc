@@ -1,0 +1,280 @@
+// Restore benchmark: create → (RFB banner and CDP /json/version answer) for each create path,
+// beside a full-stream restore and a cold boot measured in the same run, with ratios; idle PSS
+// and CPU per sandbox; how many idle sandboxes stay alive and answering.
+//
+//   restore_bench [--quick] [--runs N] [--alive N]
+// --quick: 5 runs per path, one cold boot, 4 sandboxes for the alive check (what CI runs).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <numeric>
+#include <thread>
+
+#include "common/files.h"
+#include "common/process.h"
+#include "test_host.h"
+#include "vmhost/template.h"
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using namespace deskbox;
+using deskbox::testing::TestHost;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Series {
+  std::vector<double> ms;
+  double Pct(double p) const {
+    if (ms.empty()) return 0;
+    auto v = ms;
+    std::sort(v.begin(), v.end());
+    size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * (v.size() - 1) + 0.5));
+    return v[i];
+  }
+};
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+[[noreturn]] void Die(const std::string& m) {
+  std::fprintf(stderr, "restore_bench: %s\n", m.c_str());
+  std::exit(1);
+}
+
+// Times create → services answering for `runs` creates with the given pools.
+Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const char* label) {
+  vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), cfg);
+  if (auto s = m.Start(); !s) Die(s.error().message);
+  Series series;
+  for (int i = 0; i < runs; ++i) {
+    if (!host.Run(m.WaitPoolsFull(300s), 320s).value_or(false)) Die(std::string(label) + ": pools did not fill");
+    auto t0 = Clock::now();
+    auto sb = host.Run(m.Create(), 300s);
+    if (!sb || !*sb) Die(std::string(label) + ": create failed: " + (sb ? sb->error().message : "timeout"));
+    auto ready = host.Run(m.WaitGuestServices((**sb)->slot, 60s), 90s);
+    if (!ready || !*ready) Die(std::string(label) + ": services did not answer");
+    series.ms.push_back(Ms(Clock::now() - t0));
+    std::fprintf(stderr, "  %s run %d: %.1f ms (%s)\n", label, i + 1, series.ms.back(),
+                 std::string(vmhost::ToString((**sb)->path)).c_str());
+    host.Run(m.Destroy((**sb)->id), 60s);
+  }
+  host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 120s);
+  return series;
+}
+
+// Makes a template copy whose state file is a full migration stream (RAM included).
+std::string MakeFullStreamTemplate(TestHost& host) {
+  const auto& env = host.env();
+  vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), host.BaseConfig());
+  if (auto s = m.Start(); !s) Die(s.error().message);
+  auto sb = host.Run(m.Create(), 300s);
+  if (!sb || !*sb) Die("full-stream: create failed");
+  auto& s = **sb;
+  std::string slot_file = env.state_dir + "/slots/" + std::to_string(s->slot) + "/full.state";
+  bool ok = host.Run([&]() -> asio::awaitable<bool> {
+    if (!co_await s->qmp->Execute("stop")) co_return false;
+    if (!co_await s->qmp->Execute("migrate", vmhost::UriArgument("file:" + slot_file))) co_return false;
+    for (int i = 0; i < 12000; ++i) {
+      auto q = co_await s->qmp->Execute("query-migrate");
+      if (!q) co_return false;
+      if (q->value("status", "") == "completed") co_return true;
+      if (q->value("status", "") == "failed") co_return false;
+      asio::steady_timer t(co_await asio::this_coro::executor);
+      t.expires_after(10ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    co_return false;
+  }(), 300s).value_or(false);
+  if (!ok) Die("full-stream: migrate failed");
+  std::string name = env.template_name + "-fullstream-" + std::to_string(::getpid());
+  std::string src = env.cache_dir + "/templates/" + env.template_name;
+  std::string dst = env.cache_dir + "/templates/" + name;
+  std::filesystem::create_directories(dst);
+  std::filesystem::create_hard_link(src + "/disk.img", dst + "/disk.img");
+  std::filesystem::create_hard_link(src + "/ram", dst + "/ram");
+  std::filesystem::copy_file(slot_file, dst + "/state");
+  host.Run(m.Destroy(s->id), 60s);
+  host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 120s);
+  auto manifest = vmhost::OpenTemplate(src, vmhost::VerifyMode::kQuick);
+  auto mf = *manifest;
+  mf.clear_files();
+  for (const char* f : {"disk.img", "ram", "state"}) mf.add_files()->set_name(f);
+  if (auto r = vmhost::SealTemplate(dst, mf); !r) Die("full-stream: " + r.error().message);
+  std::fprintf(stderr, "  full-stream state: %.0f MB\n",
+               static_cast<double>(std::filesystem::file_size(dst + "/state")) / 1e6);
+  return name;
+}
+
+// Cold boot of the template's image to RFB + CDP answering.
+double MeasureColdBoot(TestHost& host, const vmhost::v1::TemplateManifest& mf) {
+  constexpr uint32_t kSlot = 50;
+  std::string staging = ".bench-boot-" + std::to_string(::getpid());
+  vmhost::VmHostConfig cfg = host.BaseConfig();
+  vmhost::SandboxManager probe(host.io().get_executor(), host.jailer(), cfg);
+  if (auto s = probe.Start(); !s) Die(s.error().message);
+  jailer::v1::Request create;
+  create.mutable_create_slot()->set_slot(kSlot);
+  host.Run(host.jailer().Call(create), 60s);
+  jailer::v1::Request req;
+  auto* l = req.mutable_launch();
+  l->set_slot(kSlot);
+  l->set_mode(jailer::v1::BOOT_TEMPLATE);
+  l->set_image_name(mf.image_hash());
+  l->set_staging_name(staging);
+  l->set_memory_mib(mf.memory_mib());
+  l->set_smp(mf.smp());
+  l->set_cpu_model(mf.cpu_model());
+  l->set_accelerator(probe.accelerator());
+  l->set_tb_size_mib(mf.tb_size_mib());
+  l->set_kernel_append(fmt::format("deskbox.screen={}x{}", mf.screen_width(), mf.screen_height()));
+  auto t0 = Clock::now();
+  auto r = host.Run(host.jailer().Call(req), 60s);
+  if (!r || !*r || !(*r)->response.ok()) Die("cold boot: launch failed: " + (r && *r ? (*r)->response.error() : ""));
+  auto ready = host.Run(probe.WaitGuestServices(kSlot, 400s), 420s);
+  double ms = Ms(Clock::now() - t0);
+  bool ok = ready && *ready;
+  jailer::v1::Request destroy;
+  destroy.mutable_destroy_slot()->set_slot(kSlot);
+  host.Run(host.jailer().Call(destroy), 60s);
+  std::filesystem::remove_all(host.env().cache_dir + "/templates/" + staging);
+  if (!ok) Die("cold boot: services did not answer");
+  std::fprintf(stderr, "  cold boot: %.0f ms\n", ms);
+  return ms;
+}
+
+uint64_t PssKb(int pid) {
+  auto s = ReadFile("/proc/" + std::to_string(pid) + "/smaps_rollup", 1 << 16);
+  if (!s) return 0;
+  auto p = s->find("\nPss:");
+  return p == std::string::npos ? 0 : std::strtoull(s->c_str() + p + 5, nullptr, 10);
+}
+
+double CpuSeconds(int pid) {
+  auto s = ReadFile("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!s) return 0;
+  auto close = s->rfind(')');
+  std::vector<std::string> f;
+  size_t pos = close + 2;
+  while (pos < s->size()) {
+    size_t sp = s->find(' ', pos);
+    f.push_back(s->substr(pos, sp - pos));
+    if (sp == std::string::npos) break;
+    pos = sp + 1;
+  }
+  // fields after ')' start at state (index 0): utime=11, stime=12
+  return (std::stod(f[11]) + std::stod(f[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int runs = 20, alive_target = 16;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") { quick = true; runs = 5; alive_target = 4; }
+    else if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
+    else if (a == "--alive" && i + 1 < argc) alive_target = std::atoi(argv[++i]);
+    else Die("usage: restore_bench [--quick] [--runs N] [--alive N]");
+  }
+  TestHost host;
+  if (auto s = host.Start(); !s) Die(s.error());
+  auto mf = vmhost::OpenTemplate(host.env().cache_dir + "/templates/" + host.env().template_name,
+                                 vmhost::VerifyMode::kQuick);
+  if (!mf) Die(mf.error().message);
+  std::fprintf(stderr, "template %s (%s, -cpu %s, %lu MiB, %u vCPU)\n", host.env().template_name.c_str(),
+               mf->accelerator().c_str(), mf->cpu_model().c_str(), static_cast<unsigned long>(mf->memory_mib()),
+               mf->smp());
+
+  auto cfg = host.BaseConfig();
+  cfg.max_slots = std::max(8, alive_target + 4);
+  auto warm_cfg = cfg;
+  warm_cfg.netns_pool = 1;
+  warm_cfg.prestart_pool = 1;
+  warm_cfg.warm_pool = 1;
+  auto pre_cfg = cfg;
+  pre_cfg.netns_pool = 1;
+  pre_cfg.prestart_pool = 1;
+  Series warm = MeasureCreates(host, warm_cfg, runs, "warm");
+  Series pre = MeasureCreates(host, pre_cfg, runs, "prestarted");
+  Series cold = MeasureCreates(host, cfg, runs, "nothing pooled");
+
+  std::string full_name = MakeFullStreamTemplate(host);
+  auto full_cfg = cfg;
+  full_cfg.template_name = full_name;
+  full_cfg.full_stream = true;
+  full_cfg.netns_pool = 1;
+  full_cfg.prestart_pool = 1;
+  Series full = MeasureCreates(host, full_cfg, quick ? 3 : std::max(5, runs / 2), "full-stream");
+  std::filesystem::remove_all(host.env().cache_dir + "/templates/" + full_name);
+
+  double boot = MeasureColdBoot(host, *mf);
+
+  // Idle cost and how many stay alive: create them, let them settle, measure, then probe each.
+  vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), cfg);
+  if (auto s = m.Start(); !s) Die(s.error().message);
+  std::vector<std::shared_ptr<vmhost::Sandbox>> alive;
+  for (int i = 0; i < alive_target; ++i) {
+    auto sb = host.Run(m.Create(), 300s);
+    if (!sb || !*sb) {
+      std::fprintf(stderr, "  alive: create %d failed: %s\n", i + 1, sb ? sb->error().message.c_str() : "timeout");
+      break;
+    }
+    alive.push_back(**sb);
+  }
+  std::this_thread::sleep_for(quick ? 15s : 30s);
+  std::vector<double> cpu0;
+  for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(10s);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  double pss_total = 0, cpu_total = 0;
+  for (size_t i = 0; i < alive.size(); ++i) {
+    pss_total += PssKb(alive[i]->qemu_pid) / 1024.0;
+    cpu_total += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
+  }
+  int answering = 0;
+  for (auto& s : alive) {
+    bool ok = host.Run([&]() -> asio::awaitable<bool> {
+      auto sock = co_await m.ConnectGuest(s->slot, vmhost::kGuestRfbPort, 5s);
+      if (!sock) co_return false;
+      std::string banner(12, '\0');
+      boost::system::error_code ec;
+      co_await asio::async_read(*sock, asio::buffer(banner), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || !banner.starts_with("RFB")) co_return false;
+      agent::v1::Request ping;
+      ping.mutable_ping();
+      auto p = co_await s->agent->Call(std::move(ping), 5s);
+      co_return p.has_value();
+    }(), 30s).value_or(false);
+    answering += ok;
+  }
+  host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 300s);
+
+  size_t n = alive.size();
+  std::printf("\nrestore benchmark (%s, %d runs per path, template %s, accelerator %s)\n",
+              quick ? "quick" : "full", runs, host.env().template_name.c_str(), mf->accelerator().c_str());
+  std::printf("%-34s %10s %10s\n", "create -> RFB + CDP answer", "p50 ms", "p95 ms");
+  std::printf("%-34s %10.1f %10.1f\n", "warm pool", warm.Pct(50), warm.Pct(95));
+  std::printf("%-34s %10.1f %10.1f\n", "pre-started QEMU (restore)", pre.Pct(50), pre.Pct(95));
+  std::printf("%-34s %10.1f %10.1f\n", "nothing pooled", cold.Pct(50), cold.Pct(95));
+  std::printf("%-34s %10.1f %10.1f\n", "baseline: full-stream restore", full.Pct(50), full.Pct(95));
+  std::printf("%-34s %10.1f\n", "baseline: cold boot", boot);
+  std::printf("ratios: cold boot / warm = %.0fx; full-stream / pre-started = %.2fx; full-stream / nothing pooled = %.2fx\n",
+              boot / std::max(0.001, warm.Pct(50)), full.Pct(50) / std::max(0.001, pre.Pct(50)),
+              full.Pct(50) / std::max(0.001, cold.Pct(50)));
+  if (n > 0)
+    std::printf("idle per sandbox (QEMU incl., %zu sandboxes): PSS %.0f MiB, CPU %.1f%% of a core\n", n,
+                pss_total / n, 100.0 * cpu_total / n);
+  std::printf("alive at once: %d of %d created answer RFB + agent ping within 5 s (target %d)\n", answering,
+              static_cast<int>(n), alive_target);
+  return 0;
+}

@@ -1,0 +1,140 @@
+#include "guest_fixture.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/websocket.hpp>
+#include <nlohmann/json.hpp>
+
+
+namespace deskbox::testing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+vmhost::VmHostConfig GuestTest::Config() { return host_->BaseConfig(); }
+
+void GuestTest::SetUp() {
+  host_ = std::make_unique<TestHost>();
+  auto started = host_->Start();
+  ASSERT_TRUE(started) << started.error();
+  env_ = host_->env();
+  io_ = &host_->io();
+  jailer_ = &host_->jailer();
+  manager_ = std::make_unique<vmhost::SandboxManager>(io_->get_executor(), *jailer_, Config());
+  auto m = manager_->Start();
+  ASSERT_TRUE(m) << m.error().message;
+}
+
+void GuestTest::TearDown() {
+  if (manager_) RunVoid(manager_->Shutdown(), 120s);
+  manager_.reset();
+  host_.reset();
+}
+
+void GuestTest::RunVoid(asio::awaitable<void> aw, std::chrono::seconds timeout) {
+  Run([](asio::awaitable<void> a) -> asio::awaitable<bool> {
+    co_await std::move(a);
+    co_return true;
+  }(std::move(aw)), timeout);
+}
+
+std::shared_ptr<vmhost::Sandbox> GuestTest::CreateOrDie() {
+  auto sb = Run(manager_->Create());
+  if (!sb) {
+    ADD_FAILURE() << "create: " << sb.error().message;
+    return nullptr;
+  }
+  return *sb;
+}
+
+std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
+  agent::v1::Request req;
+  req.mutable_exec()->set_shell(shell);
+  req.mutable_exec()->set_timeout_s(60);
+  auto r = Run(sb.agent->Call(std::move(req), 90s));
+  if (!r) {
+    ADD_FAILURE() << "exec '" << shell << "': " << r.error().message;
+    return {};
+  }
+  const auto& e = r->exec();
+  EXPECT_EQ(e.exit_code(), 0) << shell << ": " << e.stderr();
+  return e.stdout();
+}
+
+std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method, const std::string& path) {
+  auto result = Run([&]() -> asio::awaitable<std::expected<std::string, std::string>> {
+    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+    if (!s) co_return std::unexpected(s.error().message);
+    std::string req = method + " " + path + " HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
+    co_await asio::async_write(*s, asio::buffer(req), asio::use_awaitable);
+    std::string resp;
+    boost::system::error_code ec;
+    co_await asio::async_read(*s, asio::dynamic_buffer(resp), asio::redirect_error(asio::use_awaitable, ec));
+    auto body = resp.find("\r\n\r\n");
+    if (body == std::string::npos) co_return std::unexpected("no HTTP response: " + resp.substr(0, 100));
+    co_return resp.substr(body + 4);
+  }(), 60s);
+  if (!result) {
+    ADD_FAILURE() << method << " " << path << ": " << result.error();
+    return {};
+  }
+  return *result;
+}
+
+std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expression,
+                                   const std::string& target_id) {
+  json targets = json::parse(CdpHttp(sb, "GET", "/json/list"), nullptr, false);
+  std::string ws_path;
+  if (targets.is_array()) {
+    for (const auto& t : targets) {
+      if (t.value("type", "") != "page") continue;
+      if (!target_id.empty() && t.value("id", "") != target_id) continue;
+      ws_path = "/devtools/page/" + t.value("id", "");
+      break;
+    }
+  }
+  if (ws_path.empty()) {
+    ADD_FAILURE() << "no page target";
+    return {};
+  }
+  auto result = Run([&]() -> asio::awaitable<std::expected<std::string, std::string>> {
+    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+    if (!s) co_return std::unexpected(s.error().message);
+    beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
+    boost::system::error_code ec;
+    co_await ws.async_handshake("10.88.0.2:9222", ws_path, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return std::unexpected("websocket handshake: " + ec.message());
+    json msg = {{"id", 1}, {"method", "Runtime.evaluate"},
+                {"params", {{"expression", expression}, {"returnByValue", true}, {"awaitPromise", true}}}};
+    std::string text = msg.dump();
+    co_await ws.async_write(asio::buffer(text), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) co_return std::unexpected("websocket write: " + ec.message());
+    for (int i = 0; i < 100; ++i) {
+      beast::flat_buffer buf;
+      co_await ws.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) co_return std::unexpected("websocket read: " + ec.message());
+      json r = json::parse(beast::buffers_to_string(buf.data()), nullptr, false);
+      if (r.is_object() && r.value("id", 0) == 1) {
+        if (r.contains("error")) co_return std::unexpected(r["error"].dump());
+        co_return r["result"]["result"].value("value", json()).dump();
+      }
+    }
+    co_return std::unexpected(std::string("no answer"));
+  }(), 60s);
+  if (!result) {
+    ADD_FAILURE() << "evaluate " << expression << ": " << result.error();
+    return {};
+  }
+  return *result;
+}
+
+}  // namespace deskbox::testing

@@ -1,0 +1,332 @@
+// Real guests under TCG, restored from the template: services answer, clones are independent,
+// clocks and random state are fixed up, slots are isolated from each other, and nothing leaks.
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "common/files.h"
+#include "guest_fixture.h"
+#include "vmhost/template.h"
+
+namespace deskbox::testing {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+class RestoreTest : public GuestTest {};
+
+TEST_F(RestoreTest, RestoredSandboxAnswersRfbAndCdp) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
+  auto banner = Run([&]() -> asio::awaitable<std::string> {
+    auto s = co_await manager_->ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
+    if (!s) co_return "connect failed: " + s.error().message;
+    std::string b(12, '\0');
+    co_await asio::async_read(*s, asio::buffer(b), asio::use_awaitable);
+    co_return b;
+  }());
+  EXPECT_EQ(banner, "RFB 003.008\n");
+  json version = json::parse(CdpHttp(*sb, "GET", "/json/version"), nullptr, false);
+  ASSERT_TRUE(version.is_object());
+  EXPECT_NE(version.value("Browser", "").find("Chrom"), std::string::npos) << version.dump();
+  // JavaScript runs in the restored browser.
+  EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
+}
+
+TEST_F(RestoreTest, TwoClonesAreIndependent) {
+  auto a = CreateOrDie();
+  auto b = CreateOrDie();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->slot, b->slot);
+  json ta = json::parse(CdpHttp(*a, "PUT", "/json/new?data:text/html,%3Ctitle%3Eclone-a%3C/title%3E"), nullptr, false);
+  json tb = json::parse(CdpHttp(*b, "PUT", "/json/new?data:text/html,%3Ctitle%3Eclone-b%3C/title%3E"), nullptr, false);
+  ASSERT_TRUE(ta.is_object() && tb.is_object());
+  // Each sees its own page and not the other's.
+  auto titles = [&](vmhost::Sandbox& sb) {
+    std::set<std::string> t;
+    for (int i = 0; i < 50; ++i) {
+      t.clear();
+      json list = json::parse(CdpHttp(sb, "GET", "/json/list"), nullptr, false);
+      for (const auto& p : list) t.insert(p.value("title", ""));
+      if (t.count("clone-a") || t.count("clone-b")) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    return t;
+  };
+  auto seen_a = titles(*a);
+  auto seen_b = titles(*b);
+  EXPECT_TRUE(seen_a.count("clone-a"));
+  EXPECT_FALSE(seen_a.count("clone-b"));
+  EXPECT_TRUE(seen_b.count("clone-b"));
+  EXPECT_FALSE(seen_b.count("clone-a"));
+  // Files written in one clone do not appear in the other (separate overlays).
+  Exec(*a, "echo only-a > /root/marker");
+  EXPECT_EQ(Exec(*b, "cat /root/marker 2>/dev/null || echo absent"), "absent\n");
+}
+
+TEST_F(RestoreTest, ClockIsSetFromTheHost) {
+  auto m = vmhost::OpenTemplate(env_.cache_dir + "/templates/" + env_.template_name, vmhost::VerifyMode::kQuick);
+  ASSERT_TRUE(m);
+  auto age = std::time(nullptr) - m->created_unix_s();
+  RecordProperty("template_age_s", std::to_string(age));
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  timespec before, after;
+  clock_gettime(CLOCK_REALTIME, &before);
+  std::string out = Exec(*sb, "date +%s.%N");
+  clock_gettime(CLOCK_REALTIME, &after);
+  double guest = std::stod(out);
+  double lo = before.tv_sec + before.tv_nsec / 1e9 - 1.0;
+  double hi = after.tv_sec + after.tv_nsec / 1e9 + 1.0;
+  EXPECT_GE(guest, lo) << "guest clock behind (template is " << age << " s old)";
+  EXPECT_LE(guest, hi) << "guest clock ahead";
+}
+
+TEST_F(RestoreTest, ClonesDoNotShareRandomState) {
+  auto a = CreateOrDie();
+  auto b = CreateOrDie();
+  ASSERT_TRUE(a && b);
+  std::string cmd = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'";
+  std::string ra = Exec(*a, cmd), rb = Exec(*b, cmd);
+  EXPECT_EQ(ra.size(), 64u);
+  EXPECT_NE(ra, rb) << "kernel RNG identical across clones";
+  std::string js = "Array.from(crypto.getRandomValues(new Uint8Array(16))).join(',')";
+  std::string ja = CdpEvaluate(*a, js), jb = CdpEvaluate(*b, js);
+  EXPECT_FALSE(ja.empty());
+  EXPECT_NE(ja, jb) << "Chromium's crypto.getRandomValues identical across clones";
+  std::string mr = "String(Math.random())";
+  EXPECT_NE(CdpEvaluate(*a, mr), CdpEvaluate(*b, mr)) << "Math.random identical across clones";
+}
+
+// Runs `fn` in a child process inside QEMU A's mount namespace with A's uid; returns its exit code.
+int InSlotContext(pid_t qemu_pid, uid_t uid, const std::function<int()>& fn) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    int ns = ::open(("/proc/" + std::to_string(qemu_pid) + "/ns/mnt").c_str(), O_RDONLY);
+    if (ns < 0 || ::setns(ns, CLONE_NEWNS) != 0) ::_exit(100);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(uid, uid, uid) != 0 || ::setresuid(uid, uid, uid) != 0)
+      ::_exit(101);
+    ::_exit(fn());
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+TEST_F(RestoreTest, SlotsCannotReachEachOther) {
+  auto a = CreateOrDie();
+  auto b = CreateOrDie();
+  ASSERT_TRUE(a && b);
+  uid_t uid_a = env_.uid_base + a->slot;
+  std::string b_overlay = env_.state_dir + "/slots/" + std::to_string(b->slot) + "/overlay.qcow2";
+  std::string a_overlay = env_.state_dir + "/slots/" + std::to_string(a->slot) + "/overlay.qcow2";
+  ASSERT_TRUE(std::filesystem::exists(b_overlay));
+  // The QEMUs really run as their slots' uids.
+  struct stat st;
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(a->qemu_pid)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, uid_a);
+  // Sanity: the probe works, A can read its own overlay.
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(a_overlay.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 0);
+  // B's overlay is not even visible in A's mount namespace; the template is read-only there.
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(b_overlay.c_str(), O_RDONLY) >= 0 ? 0 : errno == ENOENT ? 1 : 2; }), 1);
+  std::string ram = env_.cache_dir + "/templates/" + env_.template_name + "/ram";
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(ram.c_str(), O_RDWR) >= 0 ? 0 : 1; }), 1);
+  // Memory and ptrace of B's QEMU are refused.
+  std::string b_mem = "/proc/" + std::to_string(b->qemu_pid) + "/mem";
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(b_mem.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 1);
+  pid_t b_pid = b->qemu_pid;
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::ptrace(PTRACE_ATTACH, b_pid, nullptr, nullptr) == 0 ? 0 : 1; }), 1);
+  // The jailer's socket and the image cache are hidden from a slot.
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::access((env_.run_dir + "/jailer.sock").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
+  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::access((env_.cache_dir + "/images").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
+}
+
+std::vector<std::string> Netns(const std::string& prefix) {
+  std::vector<std::string> v;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec))
+    if (e.path().filename().string().starts_with(prefix)) v.push_back(e.path().filename().string());
+  return v;
+}
+
+bool CgroupExists(const std::string& name, uint32_t slot, const std::string& prefix) {
+  std::string leaf = name + "/" + prefix + std::to_string(slot);
+  return std::filesystem::exists("/sys/fs/cgroup/memory/" + leaf) ||
+         std::filesystem::exists("/sys/fs/cgroup/" + leaf);
+}
+
+TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  pid_t pid = sb->qemu_pid;
+  uint32_t slot = sb->slot;
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(slot);
+  ASSERT_EQ(::kill(pid, 0), 0);
+  ASSERT_EQ(Netns(env_.netns_prefix).size(), 1u);
+  ASSERT_TRUE(CgroupExists(env_.cgroup_name, slot, env_.netns_prefix));
+  // The cgroup limits are applied to the QEMU.
+  auto procs = ReadFile("/sys/fs/cgroup/pids/" + env_.cgroup_name + "/" + env_.netns_prefix + std::to_string(slot) + "/cgroup.procs", 4096);
+  if (procs) {
+    EXPECT_NE(procs->find(std::to_string(pid)), std::string::npos);
+  }
+  auto r = Run(manager_->Destroy(sb->id));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(manager_->Find(sb->id));
+  EXPECT_NE(::kill(pid, 0), 0) << "QEMU still alive";
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty()) << "netns left behind";
+  EXPECT_FALSE(CgroupExists(env_.cgroup_name, slot, env_.netns_prefix)) << "cgroup left behind";
+  EXPECT_FALSE(std::filesystem::exists(slot_dir)) << "slot files left behind";
+}
+
+TEST_F(RestoreTest, KilledQemuIsDetectedAndCleanedUp) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
+  ASSERT_EQ(::kill(sb->qemu_pid, SIGKILL), 0);
+  bool failed = Run([&]() -> asio::awaitable<bool> {
+    for (int i = 0; i < 100; ++i) {
+      if (sb->state == vmhost::SandboxState::kFailed && !std::filesystem::exists(slot_dir)) co_return true;
+      asio::steady_timer t(*io_);
+      t.expires_after(50ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    co_return false;
+  }());
+  EXPECT_TRUE(failed) << "state is " << vmhost::ToString(sb->state);
+  EXPECT_NE(sb->failure.find("QEMU exited"), std::string::npos) << sb->failure;
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
+  // The record stays until its owner removes it.
+  ASSERT_TRUE(manager_->Find(sb->id));
+  EXPECT_TRUE(Run(manager_->Destroy(sb->id)));
+}
+
+TEST_F(RestoreTest, PauseAndResumeKeepTheDesktop) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  CdpHttp(*sb, "PUT", "/json/new?data:text/html,%3Ctitle%3Ekept%3C/title%3E");
+  ASSERT_TRUE(Run(manager_->Pause(sb->id)));
+  EXPECT_EQ(sb->state, vmhost::SandboxState::kPaused);
+  auto again = Run(manager_->Pause(sb->id));
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, vmhost::VmError::Code::kInvalidState);
+  ASSERT_TRUE(Run(manager_->Resume(sb->id)));
+  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
+  std::string list = CdpHttp(*sb, "GET", "/json/list");
+  EXPECT_NE(list.find("\"kept\""), std::string::npos);
+}
+
+class CorruptTemplateTest : public GuestTest {
+ protected:
+  void SetUp() override {
+    GuestTest::SetUp();
+    copy_ = "bad-copy-" + std::to_string(::getpid());
+    std::string src = env_.cache_dir + "/templates/" + env_.template_name;
+    std::string dst = env_.cache_dir + "/templates/" + copy_;
+    std::filesystem::create_directories(dst);
+    // Big files are hard links (never modified); the small state file is copied and damaged.
+    for (const char* f : {vmhost::kDiskFile, vmhost::kRamFile})
+      std::filesystem::create_hard_link(src + "/" + f, dst + "/" + f);
+    for (const char* f : {vmhost::kStateFile, vmhost::kManifestFile})
+      std::filesystem::copy_file(src + "/" + f, dst + "/" + f);
+    std::filesystem::permissions(dst + "/" + vmhost::kStateFile, std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::add);
+    std::fstream s(dst + "/" + vmhost::kStateFile, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(1000);
+    char c;
+    s.get(c);
+    s.seekp(1000);
+    s.put(static_cast<char>(c ^ 0x5a));
+    s.close();
+    std::filesystem::permissions(dst + "/" + vmhost::kStateFile, std::filesystem::perms::owner_write,
+                                 std::filesystem::perm_options::remove);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(env_.cache_dir + "/templates/" + copy_, ec);
+    GuestTest::TearDown();
+  }
+  std::string copy_;
+};
+
+TEST_F(CorruptTemplateTest, DamagedTemplateIsRefusedWithTheCause) {
+  auto r = vmhost::OpenTemplate(env_.cache_dir + "/templates/" + copy_, vmhost::VerifyMode::kFull);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, vmhost::TemplateError::Code::kMismatch);
+  EXPECT_NE(r.error().message.find("state"), std::string::npos) << r.error().message;
+  // A damaged manifest stops a manager from starting on it.
+  std::string manifest = env_.cache_dir + "/templates/" + copy_ + "/" + vmhost::kManifestFile;
+  std::filesystem::permissions(manifest, std::filesystem::perms::owner_write, std::filesystem::perm_options::add);
+  { std::ofstream(manifest, std::ios::app) << "junk"; }
+  vmhost::VmHostConfig c = Config();
+  c.template_name = copy_;
+  vmhost::SandboxManager m(io_->get_executor(), *jailer_, c);
+  auto started = m.Start();
+  ASSERT_FALSE(started);
+  EXPECT_NE(started.error().message.find("manifest"), std::string::npos) << started.error().message;
+  // And the jailer refuses to launch it.
+  jailer::v1::Request req;
+  req.mutable_create_slot()->set_slot(7);
+  ASSERT_TRUE(Run(jailer_->Call(req)));
+  jailer::v1::Request launch;
+  launch.mutable_launch()->set_slot(7);
+  launch.mutable_launch()->set_mode(jailer::v1::INCOMING_DEFER);
+  launch.mutable_launch()->set_template_name(copy_);
+  launch.mutable_launch()->set_cpu_model("Nehalem");
+  launch.mutable_launch()->set_accelerator("tcg");
+  auto lr = Run(jailer_->Call(launch));
+  ASSERT_TRUE(lr);
+  EXPECT_FALSE(lr->response.ok());
+  EXPECT_NE(lr->response.error().find("manifest"), std::string::npos) << lr->response.error();
+  jailer::v1::Request destroy;
+  destroy.mutable_destroy_slot()->set_slot(7);
+  EXPECT_TRUE(Run(jailer_->Call(destroy)));
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
+}
+
+class PoolTest : public GuestTest {
+ protected:
+  vmhost::VmHostConfig Config() override {
+    auto c = GuestTest::Config();
+    c.netns_pool = 1;
+    c.prestart_pool = 1;
+    c.warm_pool = 1;
+    return c;
+  }
+};
+
+TEST_F(PoolTest, CreatesFromEachPoolAndRefills) {
+  ASSERT_TRUE(Run(manager_->WaitPoolsFull(240s), 300s));
+  auto s = manager_->Stats();
+  EXPECT_EQ(s.warm, 1u);
+  EXPECT_EQ(s.prestarted, 1u);
+  EXPECT_EQ(s.netns_ready, 1u);
+  auto warm = CreateOrDie();
+  ASSERT_TRUE(warm);
+  EXPECT_EQ(warm->path, vmhost::CreatePath::kWarm);
+  auto pre = CreateOrDie();  // the refill is still restoring a warm one: this takes the pre-started
+  ASSERT_TRUE(pre);
+  EXPECT_NE(pre->path, vmhost::CreatePath::kCold);
+  // Both are real, working desktops with their own clocks fixed.
+  EXPECT_EQ(CdpEvaluate(*warm, "1 + 1"), "2");
+  EXPECT_EQ(CdpEvaluate(*pre, "2 + 2"), "4");
+  ASSERT_TRUE(Run(manager_->WaitPoolsFull(240s), 300s)) << "pools did not refill";
+}
+
+}  // namespace
+}  // namespace deskbox::testing

@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "vmhost/qemu_command.h"
+
+namespace deskbox::vmhost {
+namespace {
+
+std::string ValueAfter(const std::vector<std::string>& argv, const std::string& flag, int nth = 0) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == flag && nth-- == 0) return argv[i + 1];
+  return "";
+}
+bool Has(const std::vector<std::string>& argv, const std::string& s) {
+  return std::find(argv.begin(), argv.end(), s) != argv.end();
+}
+
+QemuSpec Base() {
+  QemuSpec s;
+  s.name = "deskbox-slot3";
+  s.ram_path = "/t/ram";
+  s.disk_path = "/s/overlay.qcow2";
+  s.qmp_socket = "/s/qmp.sock";
+  s.agent_socket = "/s/agent.sock";
+  s.console_log = "/s/console.log";
+  return s;
+}
+
+TEST(QemuCommand, RestoreMapsTemplateRamReadOnlyPrivate) {
+  QemuSpec s = Base();
+  s.incoming_defer = true;
+  auto argv = BuildQemuArgv(s);
+  std::string mem = ValueAfter(argv, "-object");
+  EXPECT_NE(mem.find("mem-path=/t/ram"), std::string::npos);
+  EXPECT_NE(mem.find("share=off"), std::string::npos);
+  EXPECT_NE(mem.find("readonly=on"), std::string::npos);
+  EXPECT_NE(mem.find("rom=off"), std::string::npos);
+  EXPECT_EQ(ValueAfter(argv, "-incoming"), "defer");
+  EXPECT_FALSE(Has(argv, "-kernel")) << "a restore must not load a kernel into the mapped RAM";
+  EXPECT_NE(ValueAfter(argv, "-sandbox").find("spawn=deny"), std::string::npos);
+  EXPECT_EQ(ValueAfter(argv, "-bios"), "/usr/share/qemu/qboot.rom");
+}
+
+TEST(QemuCommand, BootWritesRamToSharedFile) {
+  QemuSpec s = Base();
+  s.ram_writable_shared = true;
+  s.boot = BootFiles{"/i/vmlinuz", "/i/initrd.img", "root=/dev/vda"};
+  auto argv = BuildQemuArgv(s);
+  std::string mem = ValueAfter(argv, "-object");
+  EXPECT_NE(mem.find("share=on"), std::string::npos);
+  EXPECT_EQ(mem.find("readonly"), std::string::npos);
+  EXPECT_EQ(ValueAfter(argv, "-kernel"), "/i/vmlinuz");
+  EXPECT_FALSE(Has(argv, "-incoming"));
+}
+
+TEST(QemuCommand, DevicesAreIdenticalForBootAndRestore) {
+  QemuSpec boot = Base();
+  boot.ram_writable_shared = true;
+  boot.boot = BootFiles{"k", "i", "a"};
+  QemuSpec restore = Base();
+  restore.incoming_defer = true;
+  auto devices = [](const std::vector<std::string>& argv) {
+    std::vector<std::string> d;
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "-device" || argv[i] == "-M" || argv[i] == "-cpu" || argv[i] == "-smp" || argv[i] == "-m")
+        d.push_back(argv[i] + " " + argv[i + 1]);
+    return d;
+  };
+  EXPECT_EQ(devices(BuildQemuArgv(boot)), devices(BuildQemuArgv(restore)));
+}
+
+TEST(QemuCommand, AcceleratorFlags) {
+  QemuSpec s = Base();
+  s.accelerator = "tcg";
+  s.tb_size_mib = 64;
+  EXPECT_EQ(ValueAfter(BuildQemuArgv(s), "-accel"), "tcg,tb-size=64");
+  s.accelerator = "kvm";
+  EXPECT_EQ(ValueAfter(BuildQemuArgv(s), "-accel"), "kvm");
+}
+
+TEST(QemuCommand, ResolveAccelerator) {
+  std::string with_vmx = "processor : 0\nflags : fpu vme sse2 vmx ept\n";
+  std::string without = "processor : 0\nflags : fpu vme sse2 hypervisor\n";
+  EXPECT_EQ(ResolveAccelerator("auto", with_vmx, true), "kvm");
+  EXPECT_EQ(ResolveAccelerator("auto", with_vmx, false), "tcg");
+  EXPECT_EQ(ResolveAccelerator("auto", without, true), "tcg");
+  EXPECT_EQ(ResolveAccelerator("auto", "flags : svm\n", true), "kvm");
+  EXPECT_EQ(ResolveAccelerator("tcg", with_vmx, true), "tcg");
+}
+
+TEST(QemuCommand, SafeNames) {
+  EXPECT_TRUE(IsSafeName("desktop@0123abcd"));
+  EXPECT_FALSE(IsSafeName(""));
+  EXPECT_FALSE(IsSafeName(".."));
+  EXPECT_FALSE(IsSafeName("a/b"));
+  EXPECT_FALSE(IsSafeName("a b"));
+  EXPECT_FALSE(IsSafeName(std::string(200, 'a')));
+}
+
+}  // namespace
+}  // namespace deskbox::vmhost

@@ -1,0 +1,39 @@
+#pragma once
+// CPU, memory and pids limits for one slot's QEMU. cgroup v1 (one hierarchy per controller, as
+// on these hosts) and v2 (unified) behind one interface; Detect() picks what the host mounts.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace deskbox::vmhost {
+
+struct CgroupLimits {
+  uint32_t cpus = 2;           // CFS quota: cpus × period
+  uint64_t memory_bytes = 0;   // hard limit
+  uint32_t pids = 512;
+};
+
+class Cgroups {
+ public:
+  virtual ~Cgroups() = default;
+  virtual std::string version() const = 0;  // "v1" or "v2"
+  // Creates the group for `slot` with the limits (replacing an old empty one).
+  virtual std::expected<void, std::string> Create(const std::string& slot,
+                                                  const CgroupLimits& limits) = 0;
+  // Moves the calling process into the slot's group. Async-signal-safe enough to call between
+  // fork and exec in a single-threaded parent (plain open/write/close).
+  virtual bool AttachSelf(const std::string& slot) = 0;
+  // Paths of the group's cgroup.procs files (one per v1 controller).
+  virtual std::vector<std::string> ProcsFiles(const std::string& slot) const = 0;
+  // Removes the group; processes must have exited. Retries briefly while the kernel drains it.
+  virtual std::expected<void, std::string> Remove(const std::string& slot) = 0;
+};
+
+// root: the mount point ("/sys/fs/cgroup"); name: our subtree ("deskbox").
+std::unique_ptr<Cgroups> DetectCgroups(const std::string& root, const std::string& name);
+
+}  // namespace deskbox::vmhost

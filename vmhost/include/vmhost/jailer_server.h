@@ -1,0 +1,73 @@
+#pragma once
+// deskbox-jailer: the privileged helper (root). It owns network namespaces, taps, nftables,
+// cgroups and QEMU launch, and hands file descriptors to deskboxd, which runs unprivileged.
+// Single-threaded on purpose: it forks jailed QEMUs and enters network namespaces with setns on
+// its only thread. See vmhost/README.md for the trust boundary and vmhost/proto/jailer.proto.
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "jailer.pb.h"
+#include "vmhost/cgroups.h"
+
+namespace deskbox::vmhost {
+
+struct JailerConfig {
+  std::string socket_path = "/run/deskbox/jailer.sock";
+  std::string cache_dir = "/var/cache/deskbox";
+  std::string state_dir = "/var/lib/deskbox";
+  uid_t uid_base = 200000;      // slot N's QEMU runs as uid/gid uid_base + N
+  uint32_t max_slots = 1000;
+  uid_t client_uid = 0;         // besides root, the one uid allowed to connect (deskboxd's)
+  gid_t socket_gid = 0;         // group of the socket file
+  std::string qemu_binary = "qemu-system-x86_64";
+  std::string netns_prefix = "dbx-";
+  std::string cgroup_root = "/sys/fs/cgroup";
+  std::string cgroup_name = "deskbox";
+  uint64_t memory_overhead_mib = 768;  // QEMU's own memory above guest RAM (TCG cache etc.)
+  uint32_t pids_max = 512;
+  bool seccomp = true;
+};
+
+class JailerServer {
+ public:
+  explicit JailerServer(JailerConfig config);
+  ~JailerServer();
+  // Serves until SIGTERM/SIGINT. Returns a process exit code.
+  int Run();
+
+  // Exposed for tests: handles one request as the server would.
+  struct Reply {
+    jailer::v1::Response response;
+    std::vector<UniqueFd> fds;
+  };
+  Reply Handle(const jailer::v1::Request& request);
+
+ private:
+  struct Slot {
+    pid_t qemu_pid = 0;
+    std::string template_name;
+  };
+  Reply CreateSlot(const jailer::v1::CreateSlot& r);
+  Reply Launch(const jailer::v1::Launch& r);
+  Reply ConnectSocket(const jailer::v1::ConnectSocket& r);
+  Reply OpenNetnsSocket(const jailer::v1::OpenNetnsSocket& r);
+  Reply DestroySlot(const jailer::v1::DestroySlot& r);
+  Reply ListSlots();
+  void ReapChildren();
+  void KillSlotQemu(uint32_t slot);
+
+  std::string NetnsName(uint32_t slot) const;
+  std::string SlotDir(uint32_t slot) const;
+  std::string CgroupName(uint32_t slot) const;
+
+  JailerConfig config_;
+  std::unique_ptr<Cgroups> cgroups_;
+  std::map<uint32_t, Slot> slots_;
+};
+
+}  // namespace deskbox::vmhost

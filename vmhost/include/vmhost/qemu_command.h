@@ -1,0 +1,55 @@
+#pragma once
+// Builds QEMU command lines for microvm sandboxes. Pure functions: unit-tested, and the only
+// place that knows QEMU's flags. The device list is identical for boot and restore (the
+// snapshot's device state must find the same devices); only the RAM backend's sharing, the
+// kernel (boot only: at restore the guest is already in RAM) and -incoming differ.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deskbox::vmhost {
+
+struct BootFiles {
+  std::string kernel;
+  std::string initrd;
+  std::string append;
+};
+
+struct QemuSpec {
+  std::string binary = "qemu-system-x86_64";
+  std::string name;                 // shown in ps
+  std::string accelerator = "tcg";  // "kvm" or "tcg" (already resolved)
+  uint32_t tb_size_mib = 64;        // TCG translation cache bound
+  std::string cpu_model = "Nehalem";
+  uint32_t smp = 2;
+  uint64_t memory_mib = 2048;
+  std::string ram_path;
+  bool ram_writable_shared = false;  // template build: share=on; restore: private, read-only file
+  std::string disk_path;
+  std::string disk_format = "qcow2";
+  std::optional<BootFiles> boot;     // cold boot only
+  std::string qmp_socket;
+  std::string agent_socket;
+  std::string console_log;
+  int tap_fd = 3;
+  bool incoming_defer = false;
+  bool seccomp = true;
+};
+
+inline constexpr char kGuestMac[] = "52:54:00:de:5b:02";
+inline constexpr char kAgentPortName[] = "org.deskbox.agent";
+
+std::vector<std::string> BuildQemuArgv(const QemuSpec& spec);
+
+// "kvm" when the CPU has hardware virtualisation (vmx/svm in /proc/cpuinfo flags) and /dev/kvm
+// can be opened; "tcg" otherwise. `requested` may be "auto", "kvm" or "tcg".
+std::string ResolveAccelerator(std::string_view requested, std::string_view cpuinfo,
+                               bool kvm_device_usable);
+std::string ResolveAcceleratorOnHost(std::string_view requested);
+
+// True for names safe to use as one path component: [A-Za-z0-9._@-]{1,128}, not "." or "..".
+bool IsSafeName(std::string_view name);
+
+}  // namespace deskbox::vmhost

@@ -1,0 +1,140 @@
+#pragma once
+// SandboxManager: creates sandboxes by restoring the template, keeps the pools, and enforces the
+// state machine (vmhost/sandbox.h) in one place. Everything runs on one io_context thread; QEMU,
+// network namespaces and cgroups are reached only through the Jailer (privileged helper).
+//
+// Pools (sizes are configuration, 0 disables):
+//  - network slots: netns + tap + nftables made ahead;
+//  - pre-started: QEMU waiting in -incoming defer on a network slot (QMP handshake done);
+//  - warm: restored, resumed and checked (RFB + CDP answered) sandboxes; hand-out only sets the
+//    clock and reseeds the RNG.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <expected>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "template.pb.h"
+#include "vmhost/agent_client.h"
+#include "vmhost/jailer_client.h"
+#include "vmhost/qmp.h"
+#include "vmhost/sandbox.h"
+
+namespace deskbox::vmhost {
+
+struct VmError {
+  enum class Code { kNotFound, kInvalidState, kCapacity, kJailer, kQemu, kAgent, kTimeout, kGuest };
+  Code code;
+  std::string message;
+};
+
+struct VmHostConfig {
+  std::string cache_dir = "/var/cache/deskbox";
+  std::string template_name;     // directory name under <cache>/templates
+  std::string accelerator = "auto";
+  uint32_t tb_size_mib = 64;
+  uint32_t first_slot = 0;
+  uint32_t max_slots = 64;       // sandboxes + pooled VMs at once
+  uint32_t netns_pool = 2;
+  uint32_t prestart_pool = 1;
+  uint32_t warm_pool = 1;
+  // Baseline for benchmarks only: the template's state file is a full migration stream (RAM
+  // included) and is loaded without x-ignore-shared.
+  bool full_stream = false;
+  std::chrono::milliseconds restore_timeout{30000};
+  std::chrono::milliseconds ready_timeout{60000};
+};
+
+inline constexpr const char* kGuestIPv4 = "10.88.0.2";
+inline constexpr uint16_t kGuestRfbPort = 5900;
+inline constexpr uint16_t kGuestCdpPort = 9222;
+
+enum class CreatePath { kWarm, kPrestarted, kCold };
+std::string_view ToString(CreatePath p);
+
+class Sandbox {
+ public:
+  std::string id;
+  uint32_t slot = 0;
+  int qemu_pid = 0;
+  SandboxState state = SandboxState::kCreating;
+  std::string failure;  // why it failed, if it did
+  CreatePath path = CreatePath::kCold;
+  std::chrono::system_clock::time_point created_at;
+  std::unique_ptr<QmpClient> qmp;
+  std::unique_ptr<AgentClient> agent;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
+};
+
+struct PoolStats {
+  size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
+};
+
+class SandboxManager {
+ public:
+  SandboxManager(boost::asio::any_io_executor executor, Jailer& jailer, VmHostConfig config);
+  ~SandboxManager();
+
+  // Reads the template manifest and starts filling the pools.
+  std::expected<void, VmError> Start();
+  // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
+  boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
+
+  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create();
+  boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id);
+  boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id);
+  boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id);
+  std::shared_ptr<Sandbox> Find(const std::string& id) const;
+  std::vector<std::shared_ptr<Sandbox>> List() const;
+  PoolStats Stats() const;
+
+  // A TCP connection to the guest, from a socket made inside the sandbox's netns.
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, VmError>> ConnectGuest(
+      uint32_t slot, uint16_t port, std::chrono::milliseconds timeout);
+  // Waits until the guest's RFB server sends its banner and Chromium's /json/version answers.
+  boost::asio::awaitable<std::expected<void, VmError>> WaitGuestServices(
+      uint32_t slot, std::chrono::milliseconds timeout);
+
+  // Destroys every sandbox and pooled VM; the manager refills nothing afterwards.
+  boost::asio::awaitable<void> Shutdown();
+
+  const v1::TemplateManifest& manifest() const { return manifest_; }
+  const std::string& accelerator() const { return accelerator_; }
+
+ private:
+  boost::asio::awaitable<std::expected<uint32_t, VmError>> TakeNetworkSlot();
+  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
+  boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
+  boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
+  boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
+  boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
+  boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
+  void WatchQemu(const std::shared_ptr<Sandbox>& sb);
+  void KickRefill();
+  std::string NewId();
+
+  boost::asio::any_io_executor executor_;
+  Jailer& jailer_;
+  VmHostConfig config_;
+  v1::TemplateManifest manifest_;
+  std::string accelerator_;
+  std::set<uint32_t> free_slots_;
+  std::deque<uint32_t> netns_ready_;
+  std::deque<std::shared_ptr<Sandbox>> prestarted_;
+  std::deque<std::shared_ptr<Sandbox>> warm_;
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  boost::asio::steady_timer refill_timer_;
+  bool refilling_ = false;
+  bool shutting_down_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace deskbox::vmhost

@@ -1,0 +1,39 @@
+#pragma once
+// Builds a template: cold-boots the image in a jailed QEMU with its RAM in a shared file, waits
+// until the agent reports the desktop ready and the guest idle, then snapshots (stop, migrate the
+// device state to a file with x-ignore-shared, quit) and seals the directory read-only with its
+// manifest. Runs as root (it renames and chowns the finished files); QEMU still runs jailed.
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <expected>
+#include <string>
+
+#include "vmhost/jailer_client.h"
+
+namespace deskbox::vmhost {
+
+struct TemplateBuildOptions {
+  std::string cache_dir = "/var/cache/deskbox";
+  std::string image_name;         // directory under <cache>/images
+  std::string name = "desktop";
+  uint32_t screen_width = 1280, screen_height = 800;
+  uint32_t smp = 2;
+  uint64_t memory_mib = 2048;
+  std::string cpu_model = "Nehalem";
+  std::string accelerator = "auto";
+  uint32_t tb_size_mib = 64;
+  uint32_t slot = 999;            // the build's own network slot
+  std::chrono::seconds boot_timeout{420};
+  int attempts = 2;               // boot retries (a PIT-calibration hang happens when busy)
+};
+
+// The template directory name for these options and the image: "<name>@<key16>".
+std::string TemplateDirName(const TemplateBuildOptions& o, const std::string& qemu_version);
+
+// Returns the template directory name (under <cache>/templates), reusing a valid one.
+boost::asio::awaitable<std::expected<std::string, std::string>> BuildTemplate(
+    Jailer& jailer, TemplateBuildOptions options);
+
+std::string QemuVersion(const std::string& binary = "qemu-system-x86_64");
+
+}  // namespace deskbox::vmhost

@@ -1,0 +1,683 @@
+#include "vmhost/jailer_server.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fmt/format.h>
+#include <thread>
+#include <vector>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "vmhost/fd_passing.h"
+#include "vmhost/qemu_command.h"
+#include "vmhost/template.h"
+
+namespace deskbox::vmhost {
+namespace {
+
+using jailer::v1::Request;
+using jailer::v1::Response;
+constexpr char kLog[] = "jailer";
+
+JailerServer::Reply Fail(int code, std::string message) {
+  JailerServer::Reply r;
+  r.response.set_ok(false);
+  r.response.set_error_code(static_cast<uint32_t>(code));
+  r.response.set_error(std::move(message));
+  return r;
+}
+JailerServer::Reply Ok() {
+  JailerServer::Reply r;
+  r.response.set_ok(true);
+  return r;
+}
+
+// Runs fn with the calling thread inside the network namespace at ns_path.
+template <typename Fn>
+auto InNetns(const std::string& ns_path, Fn fn) -> std::expected<decltype(fn()), int> {
+  UniqueFd orig(::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+  UniqueFd target(::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!orig || !target) return std::unexpected(errno);
+  if (::setns(target.get(), CLONE_NEWNET) != 0) return std::unexpected(errno);
+  auto result = fn();
+  if (::setns(orig.get(), CLONE_NEWNET) != 0) std::abort();  // cannot continue in a slot's netns
+  return result;
+}
+
+std::expected<void, std::string> RunTool(const std::vector<std::string>& argv,
+                                     const std::string& input = {}) {
+  auto r = RunCommand(argv, input, std::chrono::seconds(20));
+  if (!r) return std::unexpected(fmt::format("{}: {}", argv[0], ErrnoString(r.error())));
+  if (!r->ok())
+    return std::unexpected(fmt::format("{} failed ({}): {}", JoinArgv(argv), r->exit_code,
+                                       r->output.substr(0, 400)));
+  return {};
+}
+
+std::string NetnsRuleset() {
+  // Nothing enters or leaves the slot's netns but deskboxd's own connections to the guest's RFB
+  // and CDP ports. The egress work adds its redirects to this table.
+  return R"(table inet deskbox {
+  chain input {
+    type filter hook input priority 0; policy drop;
+    iif "lo" accept
+    ct state established,related accept
+  }
+  chain forward {
+    type filter hook forward priority 0; policy drop;
+  }
+  chain output {
+    type filter hook output priority 0; policy drop;
+    oif "lo" accept
+    ct state established,related accept
+    oif "tap0" ip daddr 10.88.0.2 tcp dport { 5900, 9222 } accept
+  }
+}
+)";
+}
+
+std::expected<void, std::string> MkdirOwned(const std::string& path, uid_t uid, gid_t gid,
+                                            mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    return std::unexpected(fmt::format("mkdir {}: {}", path, ErrnoString(errno)));
+  if (::chown(path.c_str(), uid, gid) != 0 || ::chmod(path.c_str(), mode) != 0)
+    return std::unexpected(fmt::format("chown {}: {}", path, ErrnoString(errno)));
+  return {};
+}
+
+bool ProcessAlive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+struct Expose {
+  std::string path;
+  bool read_only;
+};
+
+struct ChildPlan {
+  int netns_fd, tap_fd, log_fd, err_fd, null_fd;
+  std::vector<std::string> hide;
+  std::vector<Expose>* expose;
+  std::vector<std::string> cgroup_procs;
+  uid_t uid;
+  std::vector<char*> argv;
+  std::vector<char*> envp;
+};
+
+[[noreturn]] void ChildFail(int err_fd, const char* step) {
+  int e = errno;
+  char buf[160];
+  int n = std::snprintf(buf, sizeof buf, "%s: %s", step, std::strerror(e));
+  (void)!::write(err_fd, buf, static_cast<size_t>(n));
+  ::_exit(127);
+}
+
+void MkdirAll(const std::string& path) {
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = path.find('/', pos + 1);
+    ::mkdir(path.substr(0, pos).c_str(), 0755);
+  }
+}
+
+// Runs in the forked child (the parent is single-threaded, so allocation is safe here).
+[[noreturn]] void ChildJail(ChildPlan& p) {
+  if (::setns(p.netns_fd, CLONE_NEWNET) != 0) ChildFail(p.err_fd, "setns(net)");
+  if (::unshare(CLONE_NEWNS) != 0) ChildFail(p.err_fd, "unshare(mount)");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    ChildFail(p.err_fd, "make mounts private");
+  // Handles on what stays visible, taken in the new namespace before the roots are covered
+  // (a bind source must belong to the caller's mount namespace).
+  std::vector<int> keep;
+  for (auto& e : *p.expose) {
+    int fd = ::open(e.path.c_str(), O_PATH | O_CLOEXEC);
+    if (fd < 0) ChildFail(p.err_fd, "open slot files");
+    keep.push_back(fd);
+  }
+  for (const auto& h : p.hide) {
+    if (::access(h.c_str(), F_OK) != 0) continue;  // absent or already under a hidden root
+    if (::mount("tmpfs", h.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k") != 0)
+      ChildFail(p.err_fd, "hide directory");
+  }
+  for (size_t i = 0; i < p.expose->size(); ++i) {
+    const Expose& e = (*p.expose)[i];
+    MkdirAll(e.path);
+    std::string src = "/proc/self/fd/" + std::to_string(keep[i]);
+    if (::mount(src.c_str(), e.path.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      ChildFail(p.err_fd, "bind slot files");
+    if (e.read_only &&
+        ::mount(nullptr, e.path.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                nullptr) != 0)
+      ChildFail(p.err_fd, "remount read-only");
+  }
+  for (const auto& f : p.cgroup_procs) {
+    int fd = ::open(f.c_str(), O_WRONLY | O_CLOEXEC);
+    std::string pid = std::to_string(::getpid());
+    if (fd < 0 || ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size()))
+      ChildFail(p.err_fd, "join cgroup");
+    ::close(fd);
+  }
+  if (::setsid() < 0) ChildFail(p.err_fd, "setsid");
+  // Move the fds QEMU keeps out of the way, then into place: 0 null, 1/2 log, 3 tap.
+  int tap = ::fcntl(p.tap_fd, F_DUPFD_CLOEXEC, 100);
+  int log = ::fcntl(p.log_fd, F_DUPFD_CLOEXEC, 100);
+  int nul = ::fcntl(p.null_fd, F_DUPFD_CLOEXEC, 100);
+  if (tap < 0 || log < 0 || nul < 0) ChildFail(p.err_fd, "dup");
+  if (::dup2(nul, 0) < 0 || ::dup2(log, 1) < 0 || ::dup2(log, 2) < 0 || ::dup2(tap, 3) < 0)
+    ChildFail(p.err_fd, "dup2");
+  ::syscall(SYS_close_range, 4u, ~0u, 4u /* CLOSE_RANGE_CLOEXEC */);
+  ::fcntl(p.err_fd, F_SETFD, FD_CLOEXEC);
+  if (::setgroups(0, nullptr) != 0) ChildFail(p.err_fd, "setgroups");
+  if (::setresgid(p.uid, p.uid, p.uid) != 0) ChildFail(p.err_fd, "setresgid");
+  if (::setresuid(p.uid, p.uid, p.uid) != 0) ChildFail(p.err_fd, "setresuid");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ChildFail(p.err_fd, "no_new_privs");
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);
+  ::execve(p.argv[0], p.argv.data(), p.envp.data());
+  ChildFail(p.err_fd, "exec qemu");
+}
+
+std::string FindInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin", "/usr/sbin"}) {
+    std::string p = std::string(dir) + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return name;
+}
+
+std::string TailOf(const std::string& path, size_t bytes) {
+  auto s = ReadFile(path, 16 << 20);
+  if (!s) return {};
+  std::string t = s->size() > bytes ? s->substr(s->size() - bytes) : *s;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  return t;
+}
+
+}  // namespace
+
+JailerServer::JailerServer(JailerConfig config)
+    : config_(std::move(config)), cgroups_(DetectCgroups(config_.cgroup_root, config_.cgroup_name)) {}
+
+JailerServer::~JailerServer() = default;
+
+std::string JailerServer::NetnsName(uint32_t slot) const {
+  return fmt::format("{}{}", config_.netns_prefix, slot);
+}
+std::string JailerServer::SlotDir(uint32_t slot) const {
+  return fmt::format("{}/slots/{}", config_.state_dir, slot);
+}
+std::string JailerServer::CgroupName(uint32_t slot) const { return NetnsName(slot); }
+
+JailerServer::Reply JailerServer::Handle(const Request& request) {
+  Reply reply;
+  switch (request.kind_case()) {
+    case Request::kCreateSlot: reply = CreateSlot(request.create_slot()); break;
+    case Request::kLaunch: reply = Launch(request.launch()); break;
+    case Request::kConnectSocket: reply = ConnectSocket(request.connect_socket()); break;
+    case Request::kOpenNetnsSocket: reply = OpenNetnsSocket(request.open_netns_socket()); break;
+    case Request::kDestroySlot: reply = DestroySlot(request.destroy_slot()); break;
+    case Request::kListSlots: reply = ListSlots(); break;
+    default: reply = Fail(EINVAL, "unknown request");
+  }
+  reply.response.set_id(request.id());
+  return reply;
+}
+
+JailerServer::Reply JailerServer::CreateSlot(const jailer::v1::CreateSlot& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, fmt::format("slot {} out of range", r.slot()));
+  std::string ns = NetnsName(r.slot());
+  if (::access(("/run/netns/" + ns).c_str(), F_OK) == 0) return Ok();  // already there
+  if (auto e = RunTool({"ip", "netns", "add", ns}); !e) return Fail(EIO, e.error());
+  std::string batch =
+      "link set lo up\n"
+      "tuntap add dev tap0 mode tap vnet_hdr\n"
+      "link set dev tap0 address 52:54:00:de:5b:01 mtu 1500 up\n"
+      "addr add 10.88.0.1/24 dev tap0\n"
+      "addr add fd88:de5b::1/64 dev tap0 nodad\n"
+      "neigh replace 10.88.0.2 lladdr 52:54:00:de:5b:02 dev tap0 nud permanent\n"
+      "neigh replace fd88:de5b::2 lladdr 52:54:00:de:5b:02 dev tap0 nud permanent\n";
+  auto cleanup_fail = [&](const std::string& why) {
+    (void)RunTool({"ip", "netns", "del", ns});
+    return Fail(EIO, fmt::format("setting up slot {}: {}", r.slot(), why));
+  };
+  if (auto e = RunTool({"ip", "-n", ns, "-batch", "-"}, batch); !e) return cleanup_fail(e.error());
+  if (auto e = RunTool({"ip", "netns", "exec", ns, "nft", "-f", "-"}, NetnsRuleset()); !e)
+    return cleanup_fail(e.error());
+  log::Info(kLog, "slot {} network ready ({})", r.slot(), ns);
+  return Ok();
+}
+
+JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
+  uint32_t slot = r.slot();
+  if (slot >= config_.max_slots) return Fail(EINVAL, fmt::format("slot {} out of range", slot));
+  if (slots_.count(slot) && ProcessAlive(slots_[slot].qemu_pid))
+    return Fail(EBUSY, fmt::format("slot {} already runs QEMU (pid {})", slot, slots_[slot].qemu_pid));
+  std::string ns_path = "/run/netns/" + NetnsName(slot);
+  UniqueFd netns(::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!netns) return Fail(ENOENT, fmt::format("slot {} has no network (CreateSlot first)", slot));
+  if (r.accelerator() != "kvm" && r.accelerator() != "tcg")
+    return Fail(EINVAL, "accelerator must be resolved to kvm or tcg");
+  if (r.cpu_model().empty() || r.cpu_model().size() > 64 ||
+      r.cpu_model().find_first_of(", =") != std::string::npos)
+    return Fail(EINVAL, "bad cpu model");
+  uid_t uid = config_.uid_base + slot;
+  std::string slot_dir = SlotDir(slot);
+
+  QemuSpec spec;
+  spec.binary = FindInPath(config_.qemu_binary);
+  spec.name = fmt::format("deskbox-slot{}", slot);
+  spec.accelerator = r.accelerator();
+  spec.tb_size_mib = std::clamp<uint32_t>(r.tb_size_mib() ? r.tb_size_mib() : 64, 16, 1024);
+  spec.cpu_model = r.cpu_model();
+  spec.qmp_socket = slot_dir + "/qmp.sock";
+  spec.agent_socket = slot_dir + "/agent.sock";
+  spec.console_log = slot_dir + "/console.log";
+  spec.seccomp = config_.seccomp;
+
+  // Fresh slot directory, owned by the slot's uid and private to it.
+  (void)RemoveTree(slot_dir);
+  if (auto e = MkdirOwned(config_.state_dir + "/slots", 0, 0, 0711); !e) return Fail(EIO, e.error());
+  if (auto e = MkdirOwned(slot_dir, uid, uid, 0700); !e) return Fail(EIO, e.error());
+
+  std::vector<Expose> expose;
+  std::string template_name;
+  if (r.mode() == jailer::v1::INCOMING_DEFER) {
+    if (!IsSafeName(r.template_name())) return Fail(EINVAL, "bad template name");
+    template_name = r.template_name();
+    std::string tdir = config_.cache_dir + "/templates/" + template_name;
+    auto manifest = OpenTemplate(tdir, VerifyMode::kQuick);
+    if (!manifest) return Fail(ENOENT, manifest.error().message);
+    spec.smp = manifest->smp();
+    spec.memory_mib = manifest->memory_mib();
+    if (manifest->cpu_model() != r.cpu_model())
+      return Fail(EINVAL, fmt::format("template was built with -cpu {}, not {}",
+                                      manifest->cpu_model(), r.cpu_model()));
+    spec.ram_path = tdir + "/" + kRamFile;
+    spec.ram_writable_shared = false;
+    spec.disk_path = slot_dir + "/overlay.qcow2";
+    spec.disk_format = "qcow2";
+    spec.incoming_defer = true;
+    if (auto e = RunTool({"qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b",
+                      tdir + "/" + kDiskFile, spec.disk_path});
+        !e)
+      return Fail(EIO, e.error());
+    if (::chown(spec.disk_path.c_str(), uid, uid) != 0) return Fail(errno, "chown overlay");
+    expose.push_back({tdir, true});
+  } else if (r.mode() == jailer::v1::BOOT_TEMPLATE) {
+    if (!IsSafeName(r.image_name()) || !IsSafeName(r.staging_name()))
+      return Fail(EINVAL, "bad image or staging name");
+    if (r.kernel_append().size() > 512 ||
+        r.kernel_append().find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._=,: -") !=
+            std::string::npos)
+      return Fail(EINVAL, "bad kernel command line addition");
+    std::string idir = config_.cache_dir + "/images/" + r.image_name();
+    std::string sdir = config_.cache_dir + "/templates/" + r.staging_name();
+    if (::access((idir + "/DONE").c_str(), F_OK) != 0)
+      return Fail(ENOENT, fmt::format("image {} is not built", idir));
+    if (::access(sdir.c_str(), F_OK) == 0)
+      return Fail(EEXIST, fmt::format("staging directory {} exists", sdir));
+    if (auto e = MkdirOwned(config_.cache_dir + "/templates", 0, 0, 0755); !e) return Fail(EIO, e.error());
+    if (auto e = MkdirOwned(sdir, uid, uid, 0700); !e) return Fail(EIO, e.error());
+    spec.disk_path = sdir + "/" + kDiskFile;
+    spec.disk_format = "raw";
+    if (auto e = RunTool({"cp", "--sparse=always", idir + "/rootfs.img", spec.disk_path}); !e)
+      return Fail(EIO, e.error());
+    if (::chown(spec.disk_path.c_str(), uid, uid) != 0 || ::chmod(spec.disk_path.c_str(), 0600) != 0)
+      return Fail(errno, "chown disk");
+    auto cmdline = ReadFile(idir + "/cmdline", 4096);
+    if (!cmdline) return Fail(cmdline.error(), "reading image cmdline");
+    std::string append = *cmdline;
+    while (!append.empty() && (append.back() == '\n' || append.back() == ' ')) append.pop_back();
+    if (!r.kernel_append().empty()) append += " " + r.kernel_append();
+    spec.boot = BootFiles{idir + "/vmlinuz", idir + "/initrd.img", append};
+    spec.smp = std::clamp<uint32_t>(r.smp() ? r.smp() : 2, 1, 16);
+    spec.memory_mib = std::clamp<uint64_t>(r.memory_mib() ? r.memory_mib() : 2048, 256, 65536);
+    spec.ram_path = sdir + "/" + kRamFile;
+    spec.ram_writable_shared = true;
+    expose.push_back({idir, true});
+    expose.push_back({sdir, false});
+    template_name = r.staging_name();
+  } else {
+    return Fail(EINVAL, "launch mode missing");
+  }
+  expose.push_back({slot_dir, false});
+
+  // The tap, opened inside the slot's netns (persistent tap0 made by CreateSlot).
+  auto tap = InNetns(ns_path, [] {
+    UniqueFd fd(::open("/dev/net/tun", O_RDWR | O_CLOEXEC));
+    if (!fd) return UniqueFd();
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "tap0", IFNAMSIZ - 1);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    if (::ioctl(fd.get(), TUNSETIFF, &ifr) != 0) return UniqueFd();
+    return fd;
+  });
+  if (!tap || !*tap) return Fail(EIO, fmt::format("opening tap0 of slot {}: {}", slot, ErrnoString(errno)));
+
+  std::string log_path = slot_dir + "/qemu.log";
+  UniqueFd log_fd(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!log_fd || !null_fd) return Fail(errno, "open qemu.log");
+  (void)::fchown(log_fd.get(), uid, uid);
+
+  CgroupLimits limits;
+  limits.cpus = spec.smp;
+  limits.memory_bytes = (spec.memory_mib + config_.memory_overhead_mib) << 20;
+  limits.pids = config_.pids_max;
+  if (auto e = cgroups_->Create(CgroupName(slot), limits); !e) return Fail(EIO, e.error());
+
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Fail(errno, "pipe");
+  UniqueFd err_r(err_pipe[0]), err_w(err_pipe[1]);
+
+  std::vector<std::string> argv = BuildQemuArgv(spec);
+  log::Debug(kLog, "slot {}: {}", slot, JoinArgv(argv));
+  std::vector<std::string> envs = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
+  ChildPlan plan{netns.get(), tap->get(), log_fd.get(), err_w.get(), null_fd.get(), {}, &expose,
+                 cgroups_->ProcsFiles(CgroupName(slot)), uid, {}, {}};
+  plan.hide = {config_.cache_dir, config_.state_dir, "/tmp", "/var/tmp", "/dev/shm", "/run/netns",
+               std::filesystem::path(config_.socket_path).parent_path().string()};
+  std::sort(plan.hide.begin(), plan.hide.end(),
+            [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+  for (auto& a : argv) plan.argv.push_back(a.data());
+  plan.argv.push_back(nullptr);
+  for (auto& e : envs) plan.envp.push_back(e.data());
+  plan.envp.push_back(nullptr);
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    (void)cgroups_->Remove(CgroupName(slot));
+    return Fail(errno, "fork");
+  }
+  if (pid == 0) ChildJail(plan);
+  err_w.reset();
+  char errbuf[200];
+  ssize_t n = ::read(err_r.get(), errbuf, sizeof errbuf);
+  auto fail_cleanup = [&](std::string why) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    (void)cgroups_->Remove(CgroupName(slot));
+    return Fail(EIO, fmt::format("starting QEMU in slot {}: {}", slot, why));
+  };
+  if (n > 0) return fail_cleanup(std::string(errbuf, static_cast<size_t>(n)));
+  slots_[slot] = Slot{pid, template_name};
+  (void)WriteFileAtomic(slot_dir + "/qemu.pid", std::to_string(pid) + "\n", 0644);
+
+  // Wait for QEMU's sockets, and connect to both for the caller.
+  auto connect_unix = [](const std::string& path) {
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return UniqueFd();
+    return s;
+  };
+  UniqueFd qmp, agent;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      slots_[slot].qemu_pid = 0;
+      (void)cgroups_->Remove(CgroupName(slot));
+      return Fail(EIO, fmt::format("QEMU in slot {} exited at start: {}", slot, TailOf(log_path, 600)));
+    }
+    if (!qmp) qmp = connect_unix(spec.qmp_socket);
+    if (qmp && !agent) agent = connect_unix(spec.agent_socket);
+    if (qmp && agent) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!qmp || !agent) {
+    slots_[slot].qemu_pid = 0;
+    return fail_cleanup("QEMU did not open its sockets within 20 s: " + TailOf(log_path, 600));
+  }
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd) {
+    slots_[slot].qemu_pid = 0;
+    return fail_cleanup("pidfd_open: " + ErrnoString(errno));
+  }
+  ::fcntl(pidfd.get(), F_SETFD, FD_CLOEXEC);
+  log::Info(kLog, "slot {}: QEMU pid {} started ({})", slot, pid,
+            r.mode() == jailer::v1::INCOMING_DEFER ? "incoming " + template_name : "boot");
+  Reply reply = Ok();
+  reply.response.mutable_launch()->set_pid(pid);
+  reply.response.add_fd_roles("qmp");
+  reply.response.add_fd_roles("agent");
+  reply.response.add_fd_roles("pidfd");
+  reply.fds.push_back(std::move(qmp));
+  reply.fds.push_back(std::move(agent));
+  reply.fds.push_back(std::move(pidfd));
+  return reply;
+}
+
+JailerServer::Reply JailerServer::ConnectSocket(const jailer::v1::ConnectSocket& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  const char* name = r.kind() == jailer::v1::QMP ? "qmp.sock" : r.kind() == jailer::v1::AGENT ? "agent.sock" : nullptr;
+  if (!name) return Fail(EINVAL, "socket kind missing");
+  std::string path = SlotDir(r.slot()) + "/" + name;
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+    return Fail(errno, fmt::format("connect {}: {}", path, ErrnoString(errno)));
+  Reply reply = Ok();
+  reply.response.add_fd_roles(name);
+  reply.fds.push_back(std::move(s));
+  return reply;
+}
+
+JailerServer::Reply JailerServer::OpenNetnsSocket(const jailer::v1::OpenNetnsSocket& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  std::string ns_path = "/run/netns/" + NetnsName(r.slot());
+  bool v6 = r.ipv6();
+  auto s = InNetns(ns_path, [v6] {
+    return UniqueFd(::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  });
+  if (!s) return Fail(s.error(), fmt::format("slot {} netns: {}", r.slot(), ErrnoString(s.error())));
+  if (!*s) return Fail(errno, "socket");
+  Reply reply = Ok();
+  reply.response.add_fd_roles("socket");
+  reply.fds.push_back(std::move(*s));
+  return reply;
+}
+
+void JailerServer::KillSlotQemu(uint32_t slot) {
+  pid_t pid = 0;
+  if (auto it = slots_.find(slot); it != slots_.end()) pid = it->second.qemu_pid;
+  if (pid == 0) {
+    auto s = ReadFile(SlotDir(slot) + "/qemu.pid", 64);
+    if (s) pid = std::atoi(s->c_str());
+  }
+  if (pid <= 0) return;
+  // Only kill what is really this slot's QEMU (a stale pid file may name another process).
+  auto cmdline = ReadFile(fmt::format("/proc/{}/cmdline", pid), 1 << 16);
+  if (!cmdline || cmdline->find(fmt::format("deskbox-slot{},", slot)) == std::string::npos) return;
+  ::kill(pid, SIGKILL);
+  if (::waitpid(pid, nullptr, 0) != pid) {
+    for (int i = 0; i < 500 && ::kill(pid, 0) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  }
+}
+
+JailerServer::Reply JailerServer::DestroySlot(const jailer::v1::DestroySlot& r) {
+  uint32_t slot = r.slot();
+  if (slot >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  KillSlotQemu(slot);
+  slots_.erase(slot);
+  // What QEMU said is lost with the slot directory: keep its last words in our log.
+  if (std::string tail = TailOf(SlotDir(slot) + "/qemu.log", 800); !tail.empty())
+    log::Warn(kLog, "slot {}: qemu.log: {}", slot, tail);
+  std::string errors;
+  if (auto e = cgroups_->Remove(CgroupName(slot)); !e) errors += e.error() + "; ";
+  std::string ns = NetnsName(slot);
+  if (::access(("/run/netns/" + ns).c_str(), F_OK) == 0) {
+    if (auto e = RunTool({"ip", "netns", "del", ns}); !e) errors += e.error() + "; ";
+  }
+  if (auto e = RemoveTree(SlotDir(slot)); !e) errors += "removing slot dir: " + ErrnoString(e.error());
+  if (!errors.empty()) return Fail(EIO, errors);
+  log::Info(kLog, "slot {} destroyed", slot);
+  return Ok();
+}
+
+JailerServer::Reply JailerServer::ListSlots() {
+  Reply reply = Ok();
+  auto* list = reply.response.mutable_slots();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with(config_.netns_prefix)) continue;
+    std::string num = name.substr(config_.netns_prefix.size());
+    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+    uint32_t slot = static_cast<uint32_t>(std::stoul(num));
+    auto* info = list->add_slots();
+    info->set_slot(slot);
+    pid_t pid = 0;
+    if (auto it = slots_.find(slot); it != slots_.end()) {
+      pid = it->second.qemu_pid;
+      info->set_template_name(it->second.template_name);
+    } else if (auto s = ReadFile(SlotDir(slot) + "/qemu.pid", 64)) {
+      pid = std::atoi(s->c_str());
+      auto cmdline = ReadFile(fmt::format("/proc/{}/cmdline", pid), 1 << 16);
+      if (!cmdline || cmdline->find(fmt::format("deskbox-slot{},", slot)) == std::string::npos) pid = 0;
+    }
+    info->set_qemu_pid(ProcessAlive(pid) ? pid : 0);
+  }
+  return reply;
+}
+
+void JailerServer::ReapChildren() {
+  for (;;) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& [slot, s] : slots_) {
+      if (s.qemu_pid == pid) {
+        log::Warn(kLog, "slot {}: QEMU pid {} exited (status {:#x})", slot, pid, status);
+        s.qemu_pid = 0;
+      }
+    }
+  }
+}
+
+int JailerServer::Run() {
+  if (::geteuid() != 0) {
+    log::Error(kLog, "must run as root");
+    return 1;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+
+  std::string dir = std::filesystem::path(config_.socket_path).parent_path().string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directories(config_.state_dir + "/slots", ec);
+  if (ec) {
+    log::Error(kLog, "creating {}/slots: {}", config_.state_dir, ec.message());
+    return 1;
+  }
+  ::unlink(config_.socket_path.c_str());
+  UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (config_.socket_path.size() >= sizeof addr.sun_path) {
+    log::Error(kLog, "socket path too long: {}", config_.socket_path);
+    return 1;
+  }
+  std::strncpy(addr.sun_path, config_.socket_path.c_str(), sizeof addr.sun_path - 1);
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listener.get(), 16) != 0) {
+    log::Error(kLog, "listen on {}: {}", config_.socket_path, ErrnoString(errno));
+    return 1;
+  }
+  ::chown(config_.socket_path.c_str(), 0, config_.socket_gid);
+  ::chmod(config_.socket_path.c_str(), config_.socket_gid ? 0660 : 0600);
+  if (config_.client_uid != 0) ::chown(config_.socket_path.c_str(), config_.client_uid, config_.socket_gid);
+  log::Info(kLog, "listening on {} (cgroup {}, slots uid {}+)", config_.socket_path,
+            cgroups_->version(), config_.uid_base);
+
+  std::vector<UniqueFd> clients;
+  for (;;) {
+    std::vector<pollfd> fds = {{sigfd.get(), POLLIN, 0}, {listener.get(), POLLIN, 0}};
+    for (auto& c : clients) fds.push_back({c.get(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      log::Error(kLog, "poll: {}", ErrnoString(errno));
+      return 1;
+    }
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo si;
+      if (::read(sigfd.get(), &si, sizeof si) == sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+          ReapChildren();
+        } else {
+          log::Info(kLog, "signal {}: exiting (QEMU processes keep running)", si.ssi_signo);
+          ::unlink(config_.socket_path.c_str());
+          return 0;
+        }
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (c && ::getsockopt(c.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+          (cred.uid == 0 || cred.uid == config_.client_uid)) {
+        clients.push_back(std::move(c));
+      } else if (c) {
+        log::Warn(kLog, "refused a client with uid {}", cred.uid);
+      }
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      UniqueFd& c = clients[i - 2];
+      auto d = RecvDatagram(c.get());
+      if (!d) {
+        if (d.error() != EAGAIN) c.reset();
+        continue;
+      }
+      Request req;
+      Reply reply;
+      if (!d->fds.empty() || !req.ParseFromString(d->bytes)) {
+        reply = Fail(EINVAL, "malformed request");
+      } else {
+        reply = Handle(req);
+      }
+      if (!reply.response.ok()) log::Warn(kLog, "request {} failed: {}", req.id(), reply.response.error());
+      std::vector<int> raw;
+      for (auto& f : reply.fds) raw.push_back(f.get());
+      if (!SendDatagram(c.get(), reply.response.SerializeAsString(), raw)) c.reset();
+    }
+    std::erase_if(clients, [](const UniqueFd& c) { return !c.valid(); });
+  }
+}
+
+}  // namespace deskbox::vmhost

@@ -1,0 +1,92 @@
+#include "vmhost/qemu_command.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "common/files.h"
+
+namespace deskbox::vmhost {
+
+std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
+  std::vector<std::string> a = {s.binary};
+  auto add = [&a](std::initializer_list<std::string> xs) { a.insert(a.end(), xs); };
+  add({"-name", fmt::format("{},debug-threads=on", s.name)});
+  // microvm needs qboot with QEMU 10: its default SeaBIOS overwrites the top of RAM where the
+  // initrd sits.
+  add({"-M", "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem"});
+  add({"-bios", "/usr/share/qemu/qboot.rom"});
+  if (s.accelerator == "kvm") {
+    add({"-accel", "kvm"});
+  } else {
+    add({"-accel", fmt::format("tcg,tb-size={}", s.tb_size_mib)});
+  }
+  add({"-cpu", s.cpu_model});
+  add({"-smp", std::to_string(s.smp)});
+  add({"-m", fmt::format("{}M", s.memory_mib)});
+  if (s.ram_writable_shared) {
+    add({"-object", fmt::format("memory-backend-file,id=mem,size={}M,mem-path={},share=on",
+                                s.memory_mib, s.ram_path)});
+  } else {
+    // Copy-on-write view of the template's RAM file: the file is opened read-only, pages are
+    // shared with every other clone through the page cache until the guest writes them.
+    add({"-object",
+         fmt::format("memory-backend-file,id=mem,size={}M,mem-path={},share=off,readonly=on,rom=off",
+                     s.memory_mib, s.ram_path)});
+  }
+  add({"-nodefaults", "-no-user-config", "-display", "none", "-msg", "timestamp=on"});
+  add({"-serial", fmt::format("file:{}", s.console_log)});
+  if (s.boot) {
+    add({"-kernel", s.boot->kernel, "-initrd", s.boot->initrd, "-append", s.boot->append});
+  }
+  add({"-drive", fmt::format("id=root,file={},format={},if=none,cache=writeback,discard=unmap",
+                             s.disk_path, s.disk_format)});
+  add({"-device", "virtio-blk-device,drive=root"});
+  add({"-netdev", fmt::format("tap,id=net0,fd={}", s.tap_fd)});
+  add({"-device", fmt::format("virtio-net-device,netdev=net0,mac={}", kGuestMac)});
+  add({"-device", "virtio-serial-device,max_ports=2"});
+  add({"-chardev", fmt::format("socket,id=agent,path={},server=on,wait=off", s.agent_socket)});
+  add({"-device", fmt::format("virtserialport,chardev=agent,name={}", kAgentPortName)});
+  add({"-qmp", fmt::format("unix:{},server=on,wait=off", s.qmp_socket)});
+  if (s.seccomp) {
+    add({"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"});
+  }
+  if (s.incoming_defer) add({"-incoming", "defer"});
+  return a;
+}
+
+std::string ResolveAccelerator(std::string_view requested, std::string_view cpuinfo,
+                               bool kvm_device_usable) {
+  if (requested == "kvm" || requested == "tcg") return std::string(requested);
+  bool hw = false;
+  size_t pos = 0;
+  while ((pos = cpuinfo.find("flags", pos)) != std::string_view::npos) {
+    size_t end = cpuinfo.find('\n', pos);
+    std::string_view line = cpuinfo.substr(pos, end == std::string_view::npos ? end : end - pos);
+    if (line.find(" vmx") != std::string_view::npos || line.find(" svm") != std::string_view::npos)
+      hw = true;
+    pos = end == std::string_view::npos ? cpuinfo.size() : end;
+  }
+  return hw && kvm_device_usable ? "kvm" : "tcg";
+}
+
+std::string ResolveAcceleratorOnHost(std::string_view requested) {
+  auto cpuinfo = ReadFile("/proc/cpuinfo", 4 << 20);
+  int fd = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  bool usable = fd >= 0;
+  if (fd >= 0) ::close(fd);
+  return ResolveAccelerator(requested, cpuinfo ? *cpuinfo : std::string(), usable);
+}
+
+bool IsSafeName(std::string_view name) {
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-' || c == '@';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace deskbox::vmhost

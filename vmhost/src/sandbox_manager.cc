@@ -1,0 +1,515 @@
+#include "vmhost/sandbox_manager.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/sha256.h"
+#include "vmhost/qemu_command.h"
+#include "vmhost/template.h"
+
+namespace deskbox::vmhost {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using nlohmann::json;
+constexpr char kLog[] = "vmhost";
+
+std::string_view ToString(CreatePath p) {
+  switch (p) {
+    case CreatePath::kWarm: return "warm";
+    case CreatePath::kPrestarted: return "prestarted";
+    case CreatePath::kCold: return "cold";
+  }
+  return "?";
+}
+
+namespace {
+VmError JailerErr(std::string m) { return {VmError::Code::kJailer, std::move(m)}; }
+
+std::expected<JailerResult, VmError> CheckJailer(std::expected<JailerResult, std::string> r) {
+  if (!r) return std::unexpected(JailerErr(r.error()));
+  if (!r->response.ok()) return std::unexpected(JailerErr(r->response.error()));
+  return std::move(*r);
+}
+
+asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  t.expires_after(d);
+  boost::system::error_code ec;
+  co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+}  // namespace
+
+SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, VmHostConfig config)
+    : executor_(executor), jailer_(jailer), config_(std::move(config)), refill_timer_(executor) {
+  for (uint32_t s = 0; s < config_.max_slots; ++s) free_slots_.insert(config_.first_slot + s);
+}
+
+SandboxManager::~SandboxManager() { *alive_ = false; }
+
+std::expected<void, VmError> SandboxManager::Start() {
+  auto m = OpenTemplate(config_.cache_dir + "/templates/" + config_.template_name, VerifyMode::kQuick);
+  if (!m) return std::unexpected(VmError{VmError::Code::kNotFound, m.error().message});
+  manifest_ = std::move(*m);
+  accelerator_ = ResolveAcceleratorOnHost(config_.accelerator);
+  log::Info(kLog, "template {} ({} MiB, {} vCPU, -cpu {}), accelerator {}", config_.template_name,
+            manifest_.memory_mib(), manifest_.smp(), manifest_.cpu_model(), accelerator_);
+  asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
+  return {};
+}
+
+std::string SandboxManager::NewId() {
+  uint8_t b[8];
+  RandomBytes(b);
+  return "sb-" + ToHex(b);
+}
+
+void SandboxManager::KickRefill() { refill_timer_.cancel(); }
+
+asio::awaitable<std::expected<JailerResult, VmError>> CallJailer(Jailer& j, jailer::v1::Request r) {
+  co_return CheckJailer(co_await j.Call(std::move(r)));
+}
+
+asio::awaitable<std::expected<uint32_t, VmError>> SandboxManager::TakeNetworkSlot() {
+  if (!netns_ready_.empty()) {
+    uint32_t s = netns_ready_.front();
+    netns_ready_.pop_front();
+    co_return s;
+  }
+  if (free_slots_.empty())
+    co_return std::unexpected(VmError{VmError::Code::kCapacity,
+                                      fmt::format("all {} slots are in use", config_.max_slots)});
+  uint32_t slot = *free_slots_.begin();
+  free_slots_.erase(free_slots_.begin());
+  jailer::v1::Request req;
+  req.mutable_create_slot()->set_slot(slot);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) {
+    co_await ReleaseSlot(slot);
+    co_return std::unexpected(r.error());
+  }
+  co_return slot;
+}
+
+asio::awaitable<void> SandboxManager::ReleaseSlot(uint32_t slot) {
+  jailer::v1::Request req;
+  req.mutable_destroy_slot()->set_slot(slot);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) log::Warn(kLog, "releasing slot {}: {}", slot, r.error().message);
+  free_slots_.insert(slot);
+  KickRefill();
+}
+
+asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::Prestart(
+    uint32_t slot) {
+  jailer::v1::Request req;
+  auto* l = req.mutable_launch();
+  l->set_slot(slot);
+  l->set_mode(jailer::v1::INCOMING_DEFER);
+  l->set_template_name(config_.template_name);
+  l->set_cpu_model(manifest_.cpu_model());
+  l->set_accelerator(accelerator_);
+  l->set_tb_size_mib(config_.tb_size_mib);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) co_return std::unexpected(r.error());
+  if (r->fds.size() != 3) co_return std::unexpected(JailerErr("launch returned no sockets"));
+  auto sb = std::make_shared<Sandbox>();
+  sb->slot = slot;
+  sb->qemu_pid = r->response.launch().pid();
+  sb->qmp = std::make_unique<QmpClient>(
+      QmpClient::Socket(executor_, asio::local::stream_protocol(), r->fds[0].release()));
+  sb->agent = std::make_unique<AgentClient>(
+      AgentClient::Socket(executor_, asio::local::stream_protocol(), r->fds[1].release()));
+  sb->pidfd = std::make_unique<asio::posix::stream_descriptor>(executor_, r->fds[2].release());
+  auto hs = co_await sb->qmp->Handshake(10s);
+  if (!hs) co_return std::unexpected(VmError{VmError::Code::kQemu, "QMP handshake: " + hs.error().message});
+  co_return sb;
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& sb) {
+  std::string tdir = config_.cache_dir + "/templates/" + config_.template_name;
+  if (!config_.full_stream) {
+    auto caps = co_await sb.qmp->Execute("migrate-set-capabilities", IgnoreSharedCapability());
+    if (!caps)
+      co_return std::unexpected(
+          VmError{VmError::Code::kQemu, "migrate-set-capabilities: " + caps.error().message});
+  }
+  auto inc = co_await sb.qmp->Execute("migrate-incoming", UriArgument("file:" + tdir + "/" + kStateFile));
+  if (!inc) co_return std::unexpected(VmError{VmError::Code::kQemu, "migrate-incoming: " + inc.error().message});
+  // QEMU starts the guest by itself once the device state is loaded (no -S).
+  auto resumed = co_await sb.qmp->WaitEvent("RESUME", config_.restore_timeout);
+  if (!resumed) {
+    auto st = co_await sb.qmp->Execute("query-migrate", json::object(), 2s);
+    co_return std::unexpected(VmError{
+        VmError::Code::kQemu, fmt::format("restore did not complete: {} ({})", resumed.error().message,
+                                          st ? st->dump() : st.error().message)});
+  }
+  co_return std::expected<void, VmError>{};
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& sb) {
+  // The clock in the snapshot is stale and every clone starts from the same RNG state.
+  auto clock = co_await sb.agent->SetClockNow(10s);
+  if (!clock) co_return std::unexpected(VmError{VmError::Code::kAgent, "set clock: " + clock.error().message});
+  auto seed = co_await sb.agent->ReseedFromHost(10s);
+  if (!seed) co_return std::unexpected(VmError{VmError::Code::kAgent, "reseed: " + seed.error().message});
+  co_return std::expected<void, VmError>{};
+}
+
+asio::awaitable<std::expected<asio::ip::tcp::socket, VmError>> SandboxManager::ConnectGuest(
+    uint32_t slot, uint16_t port, std::chrono::milliseconds timeout) {
+  jailer::v1::Request req;
+  req.mutable_open_netns_socket()->set_slot(slot);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) co_return std::unexpected(r.error());
+  if (r->fds.size() != 1) co_return std::unexpected(JailerErr("no socket returned"));
+  asio::ip::tcp::socket sock(executor_, asio::ip::tcp::v4(), r->fds[0].release());
+  asio::steady_timer timer(executor_);
+  timer.expires_after(timeout);
+  timer.async_wait([&sock](boost::system::error_code ec) {
+    if (!ec) sock.cancel();
+  });
+  boost::system::error_code ec;
+  co_await sock.async_connect({asio::ip::make_address_v4(kGuestIPv4), port},
+                              asio::redirect_error(asio::use_awaitable, ec));
+  timer.cancel();
+  if (ec)
+    co_return std::unexpected(VmError{ec == asio::error::operation_aborted ? VmError::Code::kTimeout
+                                                                           : VmError::Code::kGuest,
+                                      fmt::format("connect to guest port {}: {}", port, ec.message())});
+  co_return std::move(sock);
+}
+
+namespace {
+// Reads up to `max` bytes until `done(buffer)` or timeout.
+asio::awaitable<std::expected<std::string, std::string>> ReadUntil(
+    asio::ip::tcp::socket& s, size_t max, std::chrono::milliseconds timeout,
+    std::function<bool(const std::string&)> done) {
+  asio::steady_timer timer(s.get_executor());
+  timer.expires_after(timeout);
+  timer.async_wait([&s](boost::system::error_code ec) {
+    if (!ec) s.cancel();
+  });
+  std::string buf;
+  char tmp[4096];
+  while (!done(buf)) {
+    boost::system::error_code ec;
+    size_t n = co_await s.async_read_some(asio::buffer(tmp), asio::redirect_error(asio::use_awaitable, ec));
+    buf.append(tmp, n);
+    if (buf.size() > max) {
+      timer.cancel();
+      co_return std::unexpected(std::string("answer too large"));
+    }
+    if (ec) {
+      timer.cancel();
+      if (done(buf)) break;
+      co_return std::unexpected(ec.message());
+    }
+  }
+  timer.cancel();
+  co_return buf;
+}
+}  // namespace
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
+    uint32_t slot, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left = [&] {
+    return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now()));
+  };
+  std::string last_error;
+  bool rfb = false, cdp = false;
+  while (std::chrono::steady_clock::now() < deadline && !(rfb && cdp)) {
+    if (!rfb) {
+      auto s = co_await ConnectGuest(slot, kGuestRfbPort, std::min(left(), 2000ms));
+      if (s) {
+        auto banner = co_await ReadUntil(*s, 64, std::min(left(), 2000ms),
+                                         [](const std::string& b) { return b.size() >= 12; });
+        rfb = banner && banner->starts_with("RFB 003.");
+        if (!rfb) last_error = "RFB: " + (banner ? "unexpected banner" : banner.error());
+      } else {
+        last_error = s.error().message;
+      }
+    }
+    if (!cdp) {
+      auto s = co_await ConnectGuest(slot, kGuestCdpPort, std::min(left(), 2000ms));
+      if (s) {
+        std::string req = "GET /json/version HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
+        boost::system::error_code ec;
+        co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
+        auto body = co_await ReadUntil(*s, 64 * 1024, std::min(left(), 3000ms),
+                                       [](const std::string& b) { return b.find("\"Browser\"") != std::string::npos && b.find('}') != std::string::npos; });
+        cdp = body && body->starts_with("HTTP/1.1 200");
+        if (!cdp) last_error = "CDP: " + (body ? body->substr(0, 80) : body.error());
+      } else {
+        last_error = s.error().message;
+      }
+    }
+    if (!(rfb && cdp)) co_await Sleep(10ms);
+  }
+  if (rfb && cdp) co_return std::expected<void, VmError>{};
+  co_return std::unexpected(VmError{VmError::Code::kTimeout,
+                                    fmt::format("guest services not ready in slot {}: {}", slot, last_error)});
+}
+
+void SandboxManager::WatchQemu(const std::shared_ptr<Sandbox>& sb) {
+  std::weak_ptr<Sandbox> weak = sb;
+  auto alive = alive_;
+  sb->pidfd->async_wait(asio::posix::descriptor_base::wait_read,
+                        [this, weak, alive](boost::system::error_code ec) {
+                          if (ec || !*alive) return;
+                          auto s = weak.lock();
+                          if (!s || s->state == SandboxState::kStopped) return;
+                          asio::co_spawn(executor_, [this, s]() -> asio::awaitable<void> {
+                            log::Warn(kLog, "sandbox {} (slot {}): QEMU pid {} exited", s->id, s->slot, s->qemu_pid);
+                            s->failure = "QEMU exited unexpectedly";
+                            co_await Transition(*s, SandboxState::kFailed);
+                          }, asio::detached);
+                        });
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::Transition(Sandbox& sb, SandboxState to) {
+  if (!CanTransition(sb.state, to))
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} is {}; cannot become {}", sb.id,
+                                                  ToString(sb.state), ToString(to))});
+  SandboxState from = sb.state;
+  sb.state = to;
+  if (to == SandboxState::kFailed || to == SandboxState::kStopped) {
+    // Release everything on the host at once; a failed sandbox keeps only its record.
+    if (sb.qmp) sb.qmp->Close();
+    if (sb.agent) sb.agent->Close();
+    if (sb.pidfd) {
+      boost::system::error_code ec;
+      sb.pidfd->close(ec);
+    }
+    if (from != SandboxState::kFailed) co_await ReleaseSlot(sb.slot);
+  }
+  if (to == SandboxState::kStopped) sandboxes_.erase(sb.id);
+  co_return std::expected<void, VmError>{};
+}
+
+asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::Create() {
+  std::shared_ptr<Sandbox> sb;
+  CreatePath path;
+  if (!warm_.empty()) {
+    sb = warm_.front();
+    warm_.pop_front();
+    path = CreatePath::kWarm;
+  } else {
+    if (!prestarted_.empty()) {
+      sb = prestarted_.front();
+      prestarted_.pop_front();
+      path = CreatePath::kPrestarted;
+    } else {
+      auto slot = co_await TakeNetworkSlot();
+      if (!slot) co_return std::unexpected(slot.error());
+      auto p = co_await Prestart(*slot);
+      if (!p) {
+        co_await ReleaseSlot(*slot);
+        co_return std::unexpected(p.error());
+      }
+      sb = *p;
+      path = CreatePath::kCold;
+    }
+  }
+  KickRefill();
+  sb->id = NewId();
+  sb->path = path;
+  sb->created_at = std::chrono::system_clock::now();
+  sb->state = SandboxState::kCreating;
+  sandboxes_[sb->id] = sb;
+  WatchQemu(sb);
+  auto fail = [&](VmError e) -> asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> {
+    sb->failure = e.message;
+    if (sb->state != SandboxState::kFailed) co_await Transition(*sb, SandboxState::kFailed);
+    co_return std::unexpected(std::move(e));
+  };
+  if (path != CreatePath::kWarm) {
+    auto r = co_await Restore(*sb);
+    if (!r) co_return co_await fail(r.error());
+  }
+  auto h = co_await HandOut(*sb);
+  if (!h) co_return co_await fail(h.error());
+  if (path != CreatePath::kWarm) {
+    auto ready = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
+    if (!ready) co_return co_await fail(ready.error());
+  }
+  if (sb->state != SandboxState::kCreating)
+    co_return std::unexpected(VmError{VmError::Code::kQemu, "sandbox failed while starting: " + sb->failure});
+  co_await Transition(*sb, SandboxState::kRunning);
+  log::Info(kLog, "sandbox {} running in slot {} ({})", sb->id, sb->slot, ToString(path));
+  co_return sb;
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::Destroy(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+  co_return co_await Transition(*sb, SandboxState::kStopped);
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::Pause(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+  if (!CanTransition(sb->state, SandboxState::kPaused) || sb->state == SandboxState::kCreating)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} is {}; only a running sandbox can be paused",
+                                                  id, ToString(sb->state))});
+  auto r = co_await sb->qmp->Execute("stop");
+  if (!r) co_return std::unexpected(VmError{VmError::Code::kQemu, "stop: " + r.error().message});
+  co_return co_await Transition(*sb, SandboxState::kPaused);
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::Resume(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+  if (sb->state != SandboxState::kPaused)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} is {}; only a paused sandbox can be resumed",
+                                                  id, ToString(sb->state))});
+  auto r = co_await sb->qmp->Execute("cont");
+  if (!r) co_return std::unexpected(VmError{VmError::Code::kQemu, "cont: " + r.error().message});
+  auto t = co_await Transition(*sb, SandboxState::kRunning);
+  if (!t) co_return t;
+  auto h = co_await HandOut(*sb);  // the clock stood still while paused
+  if (!h) co_return std::unexpected(h.error());
+  co_return std::expected<void, VmError>{};
+}
+
+std::shared_ptr<Sandbox> SandboxManager::Find(const std::string& id) const {
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<Sandbox>> SandboxManager::List() const {
+  std::vector<std::shared_ptr<Sandbox>> v;
+  for (const auto& [id, sb] : sandboxes_) v.push_back(sb);
+  return v;
+}
+
+PoolStats SandboxManager::Stats() const {
+  return {netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size()};
+}
+
+asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (netns_ready_.size() >= config_.netns_pool && prestarted_.size() >= config_.prestart_pool &&
+        warm_.size() >= config_.warm_pool && !refilling_)
+      co_return true;
+    co_await Sleep(20ms);
+  }
+  co_return false;
+}
+
+asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
+  int failures = 0;
+  while (*alive && !shutting_down_) {
+    refilling_ = true;
+    bool progress = false;
+    bool failed = false;
+    // Warm first: it is what makes create fast. A warm one consumes a pre-started one.
+    if (warm_.size() < config_.warm_pool) {
+      std::shared_ptr<Sandbox> sb;
+      if (!prestarted_.empty()) {
+        sb = prestarted_.front();
+        prestarted_.pop_front();
+      } else {
+        auto slot = co_await TakeNetworkSlot();
+        if (slot) {
+          auto p = co_await Prestart(*slot);
+          if (p) sb = *p; else { log::Warn(kLog, "pool: {}", p.error().message); co_await ReleaseSlot(*slot); failed = true; }
+        } else {
+          failed = true;
+        }
+      }
+      if (sb && *alive) {
+        auto r = co_await Restore(*sb);
+        if (r) r = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
+        if (r && !shutting_down_) {
+          warm_.push_back(sb);
+          progress = true;
+        } else {
+          if (!r) log::Warn(kLog, "pool: warm restore in slot {}: {}", sb->slot, r.error().message);
+          sb->qmp->Close();
+          sb->agent->Close();
+          co_await ReleaseSlot(sb->slot);
+          failed = !r.has_value();
+        }
+      }
+    } else if (prestarted_.size() < config_.prestart_pool) {
+      auto slot = co_await TakeNetworkSlot();
+      if (slot) {
+        auto p = co_await Prestart(*slot);
+        if (p && !shutting_down_) {
+          prestarted_.push_back(*p);
+          progress = true;
+        } else {
+          if (!p) log::Warn(kLog, "pool: prestart: {}", p.error().message);
+          co_await ReleaseSlot(*slot);
+          failed = true;
+        }
+      } else {
+        failed = true;
+      }
+    } else if (netns_ready_.size() < config_.netns_pool && !free_slots_.empty()) {
+      uint32_t slot = *free_slots_.begin();
+      free_slots_.erase(free_slots_.begin());
+      jailer::v1::Request req;
+      req.mutable_create_slot()->set_slot(slot);
+      auto r = co_await CallJailer(jailer_, std::move(req));
+      if (r) {
+        netns_ready_.push_back(slot);
+        progress = true;
+      } else {
+        log::Warn(kLog, "pool: slot {}: {}", slot, r.error().message);
+        free_slots_.insert(slot);
+        failed = true;
+      }
+    }
+    if (!*alive) co_return;
+    refilling_ = false;
+    failures = failed ? failures + 1 : 0;
+    if (progress) continue;
+    // Nothing to do (or back off after failures): sleep until kicked.
+    refill_timer_.expires_after(failed ? std::chrono::milliseconds(std::min(30000, 500 << std::min(failures, 6)))
+                                       : std::chrono::milliseconds(60000));
+    boost::system::error_code ec;
+    co_await refill_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+}
+
+asio::awaitable<void> SandboxManager::Shutdown() {
+  shutting_down_ = true;
+  KickRefill();
+  for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
+  while (!warm_.empty()) {
+    auto sb = warm_.front();
+    warm_.pop_front();
+    sb->qmp->Close();
+    sb->agent->Close();
+    co_await ReleaseSlot(sb->slot);
+  }
+  while (!prestarted_.empty()) {
+    auto sb = prestarted_.front();
+    prestarted_.pop_front();
+    sb->qmp->Close();
+    sb->agent->Close();
+    co_await ReleaseSlot(sb->slot);
+  }
+  while (!netns_ready_.empty()) {
+    uint32_t s = netns_ready_.front();
+    netns_ready_.pop_front();
+    co_await ReleaseSlot(s);
+  }
+}
+
+}  // namespace deskbox::vmhost
