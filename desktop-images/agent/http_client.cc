@@ -110,7 +110,8 @@ std::expected<HttpResponse, std::string> HttpGet(std::string_view ipv4, uint16_t
 
   std::string request = "GET ";
   request += path;
-  request += " HTTP/1.0\r\nHost: " + host + ":" + std::to_string(port) +
+  // HTTP/1.1: Chromium's DevTools server does not answer HTTP/1.0 requests.
+  request += " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
              "\r\nConnection: close\r\n\r\n";
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t n =

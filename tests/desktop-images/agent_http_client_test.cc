@@ -83,7 +83,7 @@ TEST(AgentHttpClient, ContentLengthWithoutWaitingForClose) {
   EXPECT_EQ(response->status, 200);
   EXPECT_EQ(response->body, body);
   const std::string request = server.request();
-  EXPECT_TRUE(request.starts_with("GET /json/version HTTP/1.0\r\n")) << request;
+  EXPECT_TRUE(request.starts_with("GET /json/version HTTP/1.1\r\n")) << request;
   EXPECT_NE(request.find("Host: 127.0.0.1:"), std::string::npos);
 }
 

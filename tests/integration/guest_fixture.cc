@@ -76,12 +76,28 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method, c
     if (!s) co_return std::unexpected(s.error().message);
     std::string req = method + " " + path + " HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
     co_await asio::async_write(*s, asio::buffer(req), asio::use_awaitable);
+    // Chromium keeps the connection open despite "Connection: close": read by Content-Length.
     std::string resp;
-    boost::system::error_code ec;
-    co_await asio::async_read(*s, asio::dynamic_buffer(resp), asio::redirect_error(asio::use_awaitable, ec));
-    auto body = resp.find("\r\n\r\n");
-    if (body == std::string::npos) co_return std::unexpected("no HTTP response: " + resp.substr(0, 100));
-    co_return resp.substr(body + 4);
+    char buf[16384];
+    for (;;) {
+      boost::system::error_code ec;
+      size_t n = co_await s->async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+      resp.append(buf, n);
+      auto head_end = resp.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::string head = resp.substr(0, head_end);
+        for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        auto cl = head.find("content-length:");
+        if (cl != std::string::npos) {
+          size_t len = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
+          if (resp.size() >= head_end + 4 + len) co_return resp.substr(head_end + 4, len);
+        } else if (ec) {
+          co_return resp.substr(head_end + 4);
+        }
+      }
+      if (ec) co_return std::unexpected("HTTP response: " + ec.message() + ": " + resp.substr(0, 100));
+      if (resp.size() > (4u << 20)) co_return std::unexpected(std::string("HTTP response too large"));
+    }
   }(), 60s);
   if (!result) {
     ADD_FAILURE() << method << " " << path << ": " << result.error();

@@ -78,15 +78,20 @@ std::expected<void, std::string> RunTool(const std::vector<std::string>& argv,
 
 std::string NetnsRuleset() {
   // Nothing enters or leaves the slot's netns but deskboxd's own connections to the guest's RFB
-  // and CDP ports. The egress work adds its redirects to this table.
+  // and CDP ports. What the guest sends is refused at once (RST / ICMP), not silently dropped,
+  // so programs in the guest fail fast instead of waiting for timeouts. The egress work adds its
+  // redirects to this table.
   return R"(table inet deskbox {
   chain input {
     type filter hook input priority 0; policy drop;
     iif "lo" accept
     ct state established,related accept
+    iif "tap0" meta l4proto tcp reject with tcp reset
+    iif "tap0" reject with icmpx type admin-prohibited
   }
   chain forward {
     type filter hook forward priority 0; policy drop;
+    iif "tap0" reject with icmpx type admin-prohibited
   }
   chain output {
     type filter hook output priority 0; policy drop;

@@ -233,8 +233,11 @@ asio::awaitable<std::expected<json, QmpError>> QmpClient::WaitEvent(
 }  // namespace deskbox::vmhost
 
 namespace deskbox::vmhost {
-nlohmann::json IgnoreSharedCapability() {
-  return {{"capabilities", nlohmann::json::array({{{"capability", "x-ignore-shared"}, {"state", true}}})}};
+nlohmann::json IgnoreSharedCapability(bool ignore_shared) {
+  // "events": MIGRATION events tell the restore when the device state is in.
+  auto caps = nlohmann::json::array({{{"capability", "events"}, {"state", true}}});
+  if (ignore_shared) caps.push_back({{"capability", "x-ignore-shared"}, {"state", true}});
+  return {{"capabilities", caps}};
 }
 nlohmann::json UriArgument(const std::string& uri) { return {{"uri", uri}}; }
 }  // namespace deskbox::vmhost

@@ -135,22 +135,27 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& sb) {
   std::string tdir = config_.cache_dir + "/templates/" + config_.template_name;
-  if (!config_.full_stream) {
-    auto caps = co_await sb.qmp->Execute("migrate-set-capabilities", IgnoreSharedCapability());
-    if (!caps)
-      co_return std::unexpected(
-          VmError{VmError::Code::kQemu, "migrate-set-capabilities: " + caps.error().message});
-  }
+  auto caps = co_await sb.qmp->Execute("migrate-set-capabilities",
+                                       IgnoreSharedCapability(!config_.full_stream));
+  if (!caps)
+    co_return std::unexpected(
+        VmError{VmError::Code::kQemu, "migrate-set-capabilities: " + caps.error().message});
   auto inc = co_await sb.qmp->Execute("migrate-incoming", UriArgument("file:" + tdir + "/" + kStateFile));
   if (!inc) co_return std::unexpected(VmError{VmError::Code::kQemu, "migrate-incoming: " + inc.error().message});
-  // QEMU starts the guest by itself once the device state is loaded (no -S).
-  auto resumed = co_await sb.qmp->WaitEvent("RESUME", config_.restore_timeout);
-  if (!resumed) {
-    auto st = co_await sb.qmp->Execute("query-migrate", json::object(), 2s);
-    co_return std::unexpected(VmError{
-        VmError::Code::kQemu, fmt::format("restore did not complete: {} ({})", resumed.error().message,
-                                          st ? st->dump() : st.error().message)});
+  auto done = co_await sb.qmp->WaitEvent("MIGRATION", config_.restore_timeout, [](const json& d) {
+    std::string st = d.value("status", "");
+    return st == "completed" || st == "failed" || st == "cancelled";
+  });
+  if (!done) co_return std::unexpected(VmError{VmError::Code::kQemu, "restore did not complete: " + done.error().message});
+  std::string status = (*done)["data"].value("status", "");
+  if (status != "completed") {
+    auto q = co_await sb.qmp->Execute("query-migrate", json::object(), 2s);
+    co_return std::unexpected(VmError{VmError::Code::kQemu,
+                                      fmt::format("restore {}: {}", status, q ? q->value("error-desc", "") : "")});
   }
+  // The template was saved stopped, so the guest waits for us.
+  auto cont = co_await sb.qmp->Execute("cont");
+  if (!cont) co_return std::unexpected(VmError{VmError::Code::kQemu, "cont: " + cont.error().message});
   co_return std::expected<void, VmError>{};
 }
 
@@ -160,6 +165,22 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& s
   if (!clock) co_return std::unexpected(VmError{VmError::Code::kAgent, "set clock: " + clock.error().message});
   auto seed = co_await sb.agent->ReseedFromHost(10s);
   if (!seed) co_return std::unexpected(VmError{VmError::Code::kAgent, "reseed: " + seed.error().message});
+  co_return std::expected<void, VmError>{};
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(Sandbox& sb) {
+  // Chromium's processes restored from the snapshot share user-space random state across
+  // clones; the guest script restarts the ones that hand randomness to pages and to TLS
+  // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
+  agent::v1::Request req;
+  req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
+  req.mutable_exec()->set_timeout_s(30);
+  auto r = co_await sb.agent->Call(std::move(req), 40s);
+  if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
+  if (r->exec().exit_code() != 0)
+    co_return std::unexpected(VmError{VmError::Code::kGuest,
+                                      fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
+                                                  r->exec().stderr().substr(0, 200))});
   co_return std::expected<void, VmError>{};
 }
 
@@ -340,6 +361,8 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   auto h = co_await HandOut(*sb);
   if (!h) co_return co_await fail(h.error());
   if (path != CreatePath::kWarm) {
+    auto fresh = co_await RefreshBrowser(*sb);
+    if (!fresh) co_return co_await fail(fresh.error());
     auto ready = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
     if (!ready) co_return co_await fail(ready.error());
   }
@@ -433,6 +456,8 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
       }
       if (sb && *alive) {
         auto r = co_await Restore(*sb);
+        if (r) r = co_await HandOut(*sb);
+        if (r) r = co_await RefreshBrowser(*sb);
         if (r) r = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
         if (r && !shutting_down_) {
           warm_.push_back(sb);

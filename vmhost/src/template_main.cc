@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -86,9 +88,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::expected<std::string, std::string> result = std::unexpected(std::string("not run"));
+  // Interrupted: take the build's slot down (QEMU, netns, cgroup) before leaving; the staging
+  // directory is removed by the next build.
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](boost::system::error_code ec, int) {
+    if (ec) return;
+    asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+      deskbox::jailer::v1::Request req;
+      req.mutable_destroy_slot()->set_slot(o.slot);
+      (void)co_await (*client)->Call(std::move(req));
+      result = std::unexpected(std::string("interrupted"));
+      io.stop();
+    }, asio::detached);
+  });
   asio::co_spawn(io, BuildTemplate(**client, o), [&](std::exception_ptr e, auto r) {
     if (e) result = std::unexpected(std::string("internal error"));
     else result = std::move(r);
+    signals.cancel();
     io.stop();
   });
   io.run();

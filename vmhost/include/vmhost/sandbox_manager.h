@@ -114,6 +114,7 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
+  boost::asio::awaitable<std::expected<void, VmError>> RefreshBrowser(Sandbox& sb);
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
   boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
