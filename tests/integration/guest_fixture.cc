@@ -11,6 +11,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/websocket.hpp>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 
 namespace deskbox::testing {
@@ -108,6 +109,22 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method, c
 
 std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expression,
                                    const std::string& target_id) {
+  // After a restore the pages are being replaced (refresh-browser): retry until a live page
+  // answers.
+  std::string last_error;
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    auto r = CdpEvaluateOnce(sb, expression, target_id);
+    if (r) return *r;
+    last_error = r.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  ADD_FAILURE() << "evaluate " << expression << ": " << last_error;
+  return {};
+}
+
+std::expected<std::string, std::string> GuestTest::CdpEvaluateOnce(vmhost::Sandbox& sb,
+                                                                   const std::string& expression,
+                                                                   const std::string& target_id) {
   json targets = json::parse(CdpHttp(sb, "GET", "/json/list"), nullptr, false);
   std::string ws_path;
   if (targets.is_array()) {
@@ -118,14 +135,16 @@ std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expre
       break;
     }
   }
-  if (ws_path.empty()) {
-    ADD_FAILURE() << "no page target";
-    return {};
-  }
+  if (ws_path.empty()) return std::unexpected(std::string("no page target"));
   auto result = Run([&]() -> asio::awaitable<std::expected<std::string, std::string>> {
     auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
     if (!s) co_return std::unexpected(s.error().message);
     beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
+    beast::websocket::stream_base::timeout limits{};
+    limits.handshake_timeout = std::chrono::seconds(10);
+    limits.idle_timeout = std::chrono::seconds(10);
+    limits.keep_alive_pings = false;
+    ws.set_option(limits);
     boost::system::error_code ec;
     co_await ws.async_handshake("10.88.0.2:9222", ws_path, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return std::unexpected("websocket handshake: " + ec.message());
@@ -146,11 +165,7 @@ std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expre
     }
     co_return std::unexpected(std::string("no answer"));
   }(), 60s);
-  if (!result) {
-    ADD_FAILURE() << "evaluate " << expression << ": " << result.error();
-    return {};
-  }
-  return *result;
+  return result;
 }
 
 }  // namespace deskbox::testing

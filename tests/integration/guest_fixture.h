@@ -48,6 +48,9 @@ class GuestTest : public ::testing::Test {
   // Evaluates a JavaScript expression in the first page target; returns the JSON "result".
   std::string CdpEvaluate(vmhost::Sandbox& sb, const std::string& expression,
                           const std::string& target_id = "");
+  std::expected<std::string, std::string> CdpEvaluateOnce(vmhost::Sandbox& sb,
+                                                          const std::string& expression,
+                                                          const std::string& target_id);
 
   std::unique_ptr<TestHost> host_;
   GuestEnv env_;

@@ -175,7 +175,10 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   agent::v1::Request req;
   req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
   req.mutable_exec()->set_timeout_s(30);
+  auto t0 = std::chrono::steady_clock::now();
   auto r = co_await sb.agent->Call(std::move(req), 40s);
+  log::Debug(kLog, "slot {}: refresh-browser took {:.0f} ms", sb.slot,
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
   if (r->exec().exit_code() != 0)
     co_return std::unexpected(VmError{VmError::Code::kGuest,
@@ -358,8 +361,11 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
     auto r = co_await Restore(*sb);
     if (!r) co_return co_await fail(r.error());
   }
+  auto t_restored = std::chrono::steady_clock::now();
   auto h = co_await HandOut(*sb);
   if (!h) co_return co_await fail(h.error());
+  log::Debug(kLog, "slot {}: hand-out took {:.0f} ms", sb->slot,
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_restored).count());
   if (path != CreatePath::kWarm) {
     auto fresh = co_await RefreshBrowser(*sb);
     if (!fresh) co_return co_await fail(fresh.error());
