@@ -19,6 +19,7 @@
 
 #include "common/files.h"
 #include "guest_fixture.h"
+#include "vmhost/qemu_command.h"
 #include "vmhost/template.h"
 
 namespace deskbox::testing {
@@ -358,6 +359,137 @@ TEST_F(PrestartPoolTest, RestoresIntoAPrestartedQemu) {
   EXPECT_EQ(CdpEvaluate(*sb, "2 + 2"), "4");
   ASSERT_TRUE(Run(manager_->WaitPoolsFull(120s), 150s));
   EXPECT_EQ(manager_->Stats().prestarted, 1u);
+}
+
+}  // namespace
+}  // namespace deskbox::testing
+
+namespace deskbox::testing {
+namespace {
+
+// The privileged helper's answers to bad requests: each refused with a message naming the
+// cause, and nothing left behind.
+class JailerRequestTest : public GuestTest {
+ protected:
+  jailer::v1::Response Call(jailer::v1::Request req) {
+    auto r = Run(jailer_->Call(std::move(req)));
+    EXPECT_TRUE(r) << r.error();
+    return r ? r->response : jailer::v1::Response{};
+  }
+  jailer::v1::Request Launch(uint32_t slot, const std::string& tpl, const std::string& accel = "tcg") {
+    jailer::v1::Request req;
+    auto* l = req.mutable_launch();
+    l->set_slot(slot);
+    l->set_mode(jailer::v1::INCOMING_DEFER);
+    l->set_template_name(tpl);
+    l->set_cpu_model(manager_->manifest().cpu_model());
+    l->set_accelerator(accel);
+    return req;
+  }
+  jailer::v1::Request Slot(uint32_t slot, bool create) {
+    jailer::v1::Request req;
+    if (create) req.mutable_create_slot()->set_slot(slot);
+    else req.mutable_destroy_slot()->set_slot(slot);
+    return req;
+  }
+};
+
+TEST_F(JailerRequestTest, RefusesBadRequestsWithTheCause) {
+  auto r = Call(Launch(3, env_.template_name));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("no network"), std::string::npos) << r.error();
+  ASSERT_TRUE(Call(Slot(3, true)).ok());
+  for (const char* bad : {"../templates", "a/b", "", ".."}) {
+    r = Call(Launch(3, bad));
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().find("bad template name"), std::string::npos) << r.error();
+  }
+  r = Call(Launch(3, "no-such-template"));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("no-such-template"), std::string::npos) << r.error();
+  auto wrong_cpu = Launch(3, env_.template_name);
+  wrong_cpu.mutable_launch()->set_cpu_model("qemu64");
+  r = Call(wrong_cpu);
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("-cpu"), std::string::npos) << r.error();
+  r = Call(Slot(100000, true));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("out of range"), std::string::npos) << r.error();
+  jailer::v1::Request empty;
+  r = Call(empty);
+  EXPECT_FALSE(r.ok());
+  ASSERT_TRUE(Call(Slot(3, false)).ok());
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
+}
+
+// A template copy (big files hard-linked) sealed with a changed manifest.
+std::string SealedCopy(const GuestEnv& env, const std::string& tag,
+                       const std::function<void(vmhost::v1::TemplateManifest&, const std::string&)>& change) {
+  std::string name = tag + "-" + std::to_string(::getpid());
+  std::string src = env.cache_dir + "/templates/" + env.template_name;
+  std::string dst = env.cache_dir + "/templates/" + name;
+  std::filesystem::remove_all(dst);
+  std::filesystem::create_directories(dst);
+  for (const char* f : {"disk.img", "ram"}) std::filesystem::create_hard_link(src + "/" + f, dst + "/" + f);
+  std::filesystem::copy_file(src + "/state", dst + "/state");
+  auto m = *vmhost::OpenTemplate(src, vmhost::VerifyMode::kQuick);
+  m.clear_files();
+  for (const char* f : {"disk.img", "ram", "state"}) m.add_files()->set_name(f);
+  change(m, dst);
+  EXPECT_TRUE(vmhost::SealTemplate(dst, m));
+  return name;
+}
+
+TEST_F(JailerRequestTest, ShortRamFileIsRefused) {
+  // A manifest sealed over a RAM file shorter than the guest's memory: QEMU would map it and the
+  // guest would fault later; the check refuses it up front.
+  std::string name = SealedCopy(env_, "short-ram", [](vmhost::v1::TemplateManifest&, const std::string& dir) {
+    std::filesystem::remove(dir + "/ram");
+    std::ofstream(dir + "/ram") << std::string(1 << 20, '\0');
+  });
+  ASSERT_TRUE(Call(Slot(4, true)).ok());
+  auto r = Call(Launch(4, name));
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("MiB of RAM"), std::string::npos) << r.error();
+  ASSERT_TRUE(Call(Slot(4, false)).ok());
+  std::filesystem::remove_all(env_.cache_dir + "/templates/" + name);
+}
+
+TEST_F(JailerRequestTest, QemuThatCannotStartIsReportedAndCleanedUp) {
+  // A template whose recorded CPU model QEMU does not know: the jailer's checks pass (the request
+  // matches the manifest), QEMU exits at start, and its own message comes back.
+  std::string name = SealedCopy(env_, "bad-cpu", [](vmhost::v1::TemplateManifest& m, const std::string&) {
+    m.set_cpu_model("NoSuchCpuModel");
+  });
+  ASSERT_TRUE(Call(Slot(4, true)).ok());
+  auto req = Launch(4, name);
+  req.mutable_launch()->set_cpu_model("NoSuchCpuModel");
+  auto r = Run(jailer_->Call(req));
+  ASSERT_TRUE(r);
+  if (!r->response.ok()) {
+    // QEMU died before its monitor answered: the jailer passes on QEMU's own words and has
+    // already released the slot's cgroup.
+    EXPECT_NE(r->response.error().find("NoSuchCpuModel"), std::string::npos) << r->response.error();
+    EXPECT_FALSE(CgroupExists(env_.cgroup_name, 4, env_.netns_prefix)) << "cgroup left behind";
+  } else {
+    // The monitor greeted first; the QEMU is gone by the time it is asked anything.
+    ASSERT_EQ(r->fds.size(), 3u);
+    vmhost::QmpClient qmp(vmhost::QmpClient::Socket(*io_, boost::asio::local::stream_protocol(),
+                                                     r->fds[0].release()));
+    bool failed = Run([&]() -> asio::awaitable<bool> {
+      auto hs = co_await qmp.Handshake(10s);
+      if (!hs) co_return true;
+      auto st = co_await qmp.Execute("query-status", nlohmann::json::object(), 10s);
+      co_return !st.has_value();
+    }());
+    EXPECT_TRUE(failed) << "a QEMU with an unknown CPU model answered QMP";
+  }
+  ASSERT_TRUE(Call(Slot(4, false)).ok());
+  EXPECT_FALSE(CgroupExists(env_.cgroup_name, 4, env_.netns_prefix)) << "cgroup left behind";
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
+  EXPECT_FALSE(std::filesystem::exists(env_.state_dir + "/slots/4"));
+  EXPECT_TRUE(Run(manager_->WaitPoolsFull(1s)));  // the manager is untouched
+  std::filesystem::remove_all(env_.cache_dir + "/templates/" + name);
 }
 
 }  // namespace

@@ -72,6 +72,22 @@ vmhost::VmHostConfig TestHost::BaseConfig() const {
 }
 
 TestHost::~TestHost() {
+  // Whatever a failed test or benchmark left running: every slot this helper knows goes down.
+  if (jailer_) {
+    auto swept = Run([this]() -> boost::asio::awaitable<bool> {
+      jailer::v1::Request list;
+      list.mutable_list_slots();
+      auto r = co_await jailer_->Call(list);
+      if (!r || !r->response.ok()) co_return false;
+      for (const auto& s : r->response.slots().slots()) {
+        jailer::v1::Request destroy;
+        destroy.mutable_destroy_slot()->set_slot(s.slot());
+        (void)co_await jailer_->Call(destroy);
+      }
+      co_return true;
+    }(), std::chrono::seconds(60));
+    (void)swept;
+  }
   jailer_.reset();
   io_.run_for(std::chrono::milliseconds(10));
   jailer_process_.reset();

@@ -67,6 +67,7 @@ class TemplateDirTest : public ::testing::Test {
     for (const char* f : {kDiskFile, kRamFile, kStateFile}) {
       std::ofstream(dir_ / f) << "contents of " << f;
     }
+    std::filesystem::resize_file(dir_ / kRamFile, 1 << 20);  // the guest's 1 MiB of RAM
   }
   void TearDown() override {
     std::filesystem::permissions(dir_, std::filesystem::perms::owner_all);
@@ -74,6 +75,7 @@ class TemplateDirTest : public ::testing::Test {
   }
   std::expected<void, TemplateError> Seal() {
     auto m = Sample();
+    m.set_memory_mib(1);
     for (const char* f : {kDiskFile, kRamFile, kStateFile}) m.add_files()->set_name(f);
     return SealTemplate(dir_.string(), m);
   }
@@ -129,6 +131,17 @@ TEST_F(TemplateDirTest, DirectoryWithoutManifestIsNotATemplate) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, TemplateError::Code::kNotFound);
   EXPECT_NE(r.error().message.find("no manifest"), std::string::npos);
+}
+
+TEST_F(TemplateDirTest, RamFileMustHoldAllOfTheGuestsMemory) {
+  std::filesystem::resize_file(dir_ / kRamFile, 4096);
+  auto m = Sample();
+  m.set_memory_mib(1);
+  for (const char* f : {kDiskFile, kRamFile, kStateFile}) m.add_files()->set_name(f);
+  ASSERT_TRUE(SealTemplate(dir_.string(), m));  // consistent with itself ...
+  auto r = OpenTemplate(dir_.string(), VerifyMode::kQuick);
+  ASSERT_FALSE(r);  // ... but too short for the guest
+  EXPECT_NE(r.error().message.find("MiB of RAM"), std::string::npos) << r.error().message;
 }
 
 TEST_F(TemplateDirTest, WritableFileIsRefused) {

@@ -458,6 +458,22 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
     slots_[slot].qemu_pid = 0;
     return fail_cleanup("QEMU did not open its sockets within 20 s: " + TailOf(log_path, 600));
   }
+  // Peek for QMP's greeting (deskboxd reads it): a QEMU that dies before its monitor answers is
+  // reported here with its own words. (The monitor may greet before the machine is fully set
+  // up; later deaths show as a closed QMP connection and in this helper's log at destroy.)
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd pfd{qmp.get(), POLLIN, 0};
+    int ready = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    char c;
+    if (ready > 0 && ::recv(qmp.get(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1) break;
+    ::waitpid(pid, nullptr, WNOHANG) ;
+    slots_[slot].qemu_pid = 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let QEMU finish its message
+    return fail_cleanup(ready > 0 ? "QEMU exited at start: " + TailOf(log_path, 600)
+                                  : "QEMU did not greet on QMP within 20 s: " + TailOf(log_path, 600));
+  }
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd) {
     slots_[slot].qemu_pid = 0;
@@ -530,11 +546,15 @@ void JailerServer::KillSlotQemu(uint32_t slot) {
 JailerServer::Reply JailerServer::DestroySlot(const jailer::v1::DestroySlot& r) {
   uint32_t slot = r.slot();
   if (slot >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  bool exited_by_itself = slots_.count(slot) && slots_[slot].qemu_pid == 0 &&
+                          ::access((SlotDir(slot) + "/qemu.pid").c_str(), F_OK) == 0;
   KillSlotQemu(slot);
   slots_.erase(slot);
-  // What QEMU said is lost with the slot directory: keep its last words in our log.
-  if (std::string tail = TailOf(SlotDir(slot) + "/qemu.log", 800); !tail.empty())
-    log::Warn(kLog, "slot {}: qemu.log: {}", slot, tail);
+  // What a QEMU that died by itself said is lost with the slot directory: keep its last words.
+  if (exited_by_itself) {
+    if (std::string tail = TailOf(SlotDir(slot) + "/qemu.log", 800); !tail.empty())
+      log::Warn(kLog, "slot {}: QEMU had exited; qemu.log: {}", slot, tail);
+  }
   std::string errors;
   if (auto e = cgroups_->Remove(CgroupName(slot)); !e) errors += e.error() + "; ";
   std::string ns = NetnsName(slot);

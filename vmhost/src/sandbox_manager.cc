@@ -136,7 +136,7 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
 asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& sb) {
   std::string tdir = config_.cache_dir + "/templates/" + config_.template_name;
   auto caps = co_await sb.qmp->Execute("migrate-set-capabilities",
-                                       IgnoreSharedCapability(!config_.full_stream));
+                                       IgnoreSharedCapability());
   if (!caps)
     co_return std::unexpected(
         VmError{VmError::Code::kQemu, "migrate-set-capabilities: " + caps.error().message});

@@ -107,6 +107,13 @@ std::expected<v1::TemplateManifest, TemplateError> OpenTemplate(const std::strin
       return std::unexpected(TemplateError{
           TemplateError::Code::kMismatch,
           fmt::format("template file {} is writable; templates must be read-only", path)});
+    // QEMU maps the RAM file without checking its length: a short file would only fault (SIGBUS)
+    // inside a running guest.
+    if (f.name() == kRamFile && f.size() != (m->memory_mib() << 20))
+      return std::unexpected(TemplateError{
+          TemplateError::Code::kMismatch,
+          fmt::format("template file {} has {} bytes; the guest's {} MiB of RAM need {}", path,
+                      f.size(), m->memory_mib(), m->memory_mib() << 20)});
     if (mode == VerifyMode::kFull) {
       auto digest = Sha256File(path);
       if (!digest)

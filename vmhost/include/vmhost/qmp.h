@@ -92,6 +92,6 @@ class QmpClient {
 namespace deskbox::vmhost {
 // Arguments shared by snapshot and restore. (Built outside coroutines: g++ 12 miscompiles
 // braced initializer lists of string literals inside co_await expressions.)
-nlohmann::json IgnoreSharedCapability(bool ignore_shared = true);
+nlohmann::json IgnoreSharedCapability();
 nlohmann::json UriArgument(const std::string& uri);
 }  // namespace deskbox::vmhost

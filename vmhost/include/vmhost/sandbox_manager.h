@@ -46,9 +46,6 @@ struct VmHostConfig {
   uint32_t netns_pool = 2;
   uint32_t prestart_pool = 1;
   uint32_t warm_pool = 1;
-  // Baseline for benchmarks only: the template's state file is a full migration stream (RAM
-  // included) and is loaded without x-ignore-shared.
-  bool full_stream = false;
   std::chrono::milliseconds restore_timeout{30000};
   std::chrono::milliseconds ready_timeout{60000};
 };
