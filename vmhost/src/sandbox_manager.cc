@@ -61,6 +61,7 @@ std::expected<void, VmError> SandboxManager::Start() {
   accelerator_ = ResolveAcceleratorOnHost(config_.accelerator);
   log::Info(kLog, "template {} ({} MiB, {} vCPU, -cpu {}), accelerator {}", config_.template_name,
             manifest_.memory_mib(), manifest_.smp(), manifest_.cpu_model(), accelerator_);
+  started_ = true;
   asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
   return {};
 }
@@ -462,9 +463,10 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
       }
       if (sb && *alive) {
         auto r = co_await Restore(*sb);
-        if (r) r = co_await HandOut(*sb);
-        if (r) r = co_await RefreshBrowser(*sb);
-        if (r) r = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
+        if (r && *alive) r = co_await HandOut(*sb);
+        if (r && *alive) r = co_await RefreshBrowser(*sb);
+        if (r && *alive) r = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
+        if (!*alive) co_return;  // the manager is gone; its jailer client too
         if (r && !shutting_down_) {
           warm_.push_back(sb);
           progress = true;
@@ -480,6 +482,7 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
       auto slot = co_await TakeNetworkSlot();
       if (slot) {
         auto p = co_await Prestart(*slot);
+        if (!*alive) co_return;
         if (p && !shutting_down_) {
           prestarted_.push_back(*p);
           progress = true;
@@ -497,6 +500,7 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
       jailer::v1::Request req;
       req.mutable_create_slot()->set_slot(slot);
       auto r = co_await CallJailer(jailer_, std::move(req));
+      if (!*alive) co_return;
       if (r) {
         netns_ready_.push_back(slot);
         progress = true;
@@ -516,11 +520,14 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
     boost::system::error_code ec;
     co_await refill_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
+  if (*alive) refill_exited_ = true;
 }
 
 asio::awaitable<void> SandboxManager::Shutdown() {
   shutting_down_ = true;
   KickRefill();
+  // Let an in-flight refill step finish (it hands its VM back below or releases it itself).
+  for (int i = 0; i < 1200 && started_ && !refill_exited_; ++i) co_await Sleep(50ms);
   for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
   while (!warm_.empty()) {
     auto sb = warm_.front();

@@ -131,6 +131,8 @@ class SandboxManager {
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   boost::asio::steady_timer refill_timer_;
   bool refilling_ = false;
+  bool started_ = false;
+  bool refill_exited_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
