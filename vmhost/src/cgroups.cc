@@ -76,14 +76,6 @@ class CgroupsV1 final : public Cgroups {
     return {};
   }
 
-  bool AttachSelf(const std::string& slot) override {
-    char pid[32];
-    int n = std::snprintf(pid, sizeof pid, "%d", static_cast<int>(::getpid()));
-    for (const char* c : kControllers) {
-      if (!WriteSmall(Dir(c, slot) + "/cgroup.procs", std::string(pid, n))) return false;
-    }
-    return true;
-  }
 
   std::vector<std::string> ProcsFiles(const std::string& slot) const override {
     std::vector<std::string> v;
@@ -133,11 +125,6 @@ class CgroupsV2 final : public Cgroups {
     return {};
   }
 
-  bool AttachSelf(const std::string& slot) override {
-    char pid[32];
-    int n = std::snprintf(pid, sizeof pid, "%d", static_cast<int>(::getpid()));
-    return WriteSmall(Dir(slot) + "/cgroup.procs", std::string(pid, n));
-  }
   std::vector<std::string> ProcsFiles(const std::string& slot) const override {
     return {Dir(slot) + "/cgroup.procs"};
   }

@@ -212,6 +212,16 @@ std::string FindInPath(const std::string& name) {
   return name;
 }
 
+// A connected unix stream socket, or an invalid fd with errno set.
+UniqueFd ConnectUnix(const std::string& path) {
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (!s || ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return UniqueFd();
+  return s;
+}
+
 std::string TailOf(const std::string& path, size_t bytes) {
   auto s = ReadFile(path, 16 << 20);
   if (!s) return {};
@@ -432,14 +442,6 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
   (void)WriteFileAtomic(slot_dir + "/qemu.pid", std::to_string(pid) + "\n", 0644);
 
   // Wait for QEMU's sockets, and connect to both for the caller.
-  auto connect_unix = [](const std::string& path) {
-    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-    if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return UniqueFd();
-    return s;
-  };
   UniqueFd qmp, agent;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -449,8 +451,8 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
       (void)cgroups_->Remove(CgroupName(slot));
       return Fail(EIO, fmt::format("QEMU in slot {} exited at start: {}", slot, TailOf(log_path, 600)));
     }
-    if (!qmp) qmp = connect_unix(spec.qmp_socket);
-    if (qmp && !agent) agent = connect_unix(spec.agent_socket);
+    if (!qmp) qmp = ConnectUnix(spec.qmp_socket);
+    if (qmp && !agent) agent = ConnectUnix(spec.agent_socket);
     if (qmp && agent) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -498,12 +500,8 @@ JailerServer::Reply JailerServer::ConnectSocket(const jailer::v1::ConnectSocket&
   const char* name = r.kind() == jailer::v1::QMP ? "qmp.sock" : r.kind() == jailer::v1::AGENT ? "agent.sock" : nullptr;
   if (!name) return Fail(EINVAL, "socket kind missing");
   std::string path = SlotDir(r.slot()) + "/" + name;
-  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-    return Fail(errno, fmt::format("connect {}: {}", path, ErrnoString(errno)));
+  UniqueFd s = ConnectUnix(path);
+  if (!s) return Fail(errno, fmt::format("connect {}: {}", path, ErrnoString(errno)));
   Reply reply = Ok();
   reply.response.add_fd_roles(name);
   reply.fds.push_back(std::move(s));

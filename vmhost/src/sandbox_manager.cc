@@ -9,6 +9,7 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include "async_sleep.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "vmhost/qemu_command.h"
@@ -39,12 +40,6 @@ std::expected<JailerResult, VmError> CheckJailer(std::expected<JailerResult, std
   return std::move(*r);
 }
 
-asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  t.expires_after(d);
-  boost::system::error_code ec;
-  co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-}
 }  // namespace
 
 SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, VmHostConfig config)

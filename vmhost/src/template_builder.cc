@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/files.h"
+#include "async_sleep.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/sha256.h"
@@ -47,12 +48,6 @@ std::string TemplateDirName(const TemplateBuildOptions& o, const std::string& qe
 
 namespace {
 
-asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
-  asio::steady_timer t(co_await asio::this_coro::executor);
-  t.expires_after(d);
-  boost::system::error_code ec;
-  co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-}
 
 struct BootedVm {
   std::unique_ptr<QmpClient> qmp;

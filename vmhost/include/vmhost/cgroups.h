@@ -24,10 +24,8 @@ class Cgroups {
   // Creates the group for `slot` with the limits (replacing an old empty one).
   virtual std::expected<void, std::string> Create(const std::string& slot,
                                                   const CgroupLimits& limits) = 0;
-  // Moves the calling process into the slot's group. Async-signal-safe enough to call between
-  // fork and exec in a single-threaded parent (plain open/write/close).
-  virtual bool AttachSelf(const std::string& slot) = 0;
-  // Paths of the group's cgroup.procs files (one per v1 controller).
+  // Paths of the group's cgroup.procs files (one per v1 controller): the jailed child writes its
+  // own pid into each between fork and exec.
   virtual std::vector<std::string> ProcsFiles(const std::string& slot) const = 0;
   // Removes the group; processes must have exited. Retries briefly while the kernel drains it.
   virtual std::expected<void, std::string> Remove(const std::string& slot) = 0;
