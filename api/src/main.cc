@@ -1,7 +1,8 @@
-// deskboxd: runs unprivileged and talks to deskbox-jailer (root) over its socket. For now it
-// fills the pools, restores one sandbox from the template and prints how to reach it; the REST
-// API (api/openapi.yaml) is the next step.
-#include <signal.h>
+// deskboxd: the deskbox daemon. Runs unprivileged next to deskbox-jailer (root), serves the REST
+// API (api/openapi.yaml) on one io_context thread, keeps its state in <state-dir>/deskbox.db and
+// the sandboxes' event logs in <state-dir>/events. SIGTERM/SIGINT stop it; sandboxes keep running
+// for the next start to re-adopt, unless --destroy-on-exit.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/co_spawn.hpp>
@@ -9,91 +10,126 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <iostream>
-#include <string>
 
+#include "api/config.h"
+#include "api/service.h"
+#include "api/store.h"
 #include "common/log.h"
+#include "recorder/log_event_sink.h"
 #include "vmhost/jailer_client.h"
 #include "vmhost/sandbox_manager.h"
+#include "vmhost/template.h"
 
 namespace asio = boost::asio;
 using namespace deskbox;
 
-int main(int argc, char** argv) {
-  vmhost::VmHostConfig config;
-  std::string jailer_socket = "/run/deskbox/jailer.sock";
-  std::string netns_prefix = "dbx-";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::cerr << "deskboxd: " << a << " needs a value\n";
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--jailer-socket") jailer_socket = next();
-    else if (a == "--cache-dir") config.cache_dir = next();
-    else if (a == "--template") config.template_name = next();
-    else if (a == "--accel") config.accelerator = next();
-    else if (a == "--netns-prefix") netns_prefix = next();
-    else if (a == "--warm-pool") config.warm_pool = static_cast<uint32_t>(std::atoi(next().c_str()));
-    else if (a == "--prestart-pool") config.prestart_pool = static_cast<uint32_t>(std::atoi(next().c_str()));
-    else {
-      std::cerr << "usage: deskboxd --template NAME [--jailer-socket PATH] [--cache-dir DIR]\n"
-                   "                [--accel auto|kvm|tcg] [--warm-pool N] [--prestart-pool N]\n";
-      return 2;
+namespace {
+
+// The newest complete template in the cache, or "".
+std::string NewestTemplate(const std::string& cache_dir) {
+  std::string best;
+  std::filesystem::file_time_type newest{};
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(cache_dir + "/templates", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.starts_with(".")) continue;
+    if (!vmhost::OpenTemplate(e.path().string(), vmhost::VerifyMode::kQuick)) continue;
+    auto t = std::filesystem::last_write_time(e.path(), ec);
+    if (best.empty() || t > newest) {
+      newest = t;
+      best = name;
     }
   }
-  if (config.template_name.empty()) {
-    std::cerr << "deskboxd: --template is required\n";
+  return best;
+}
+
+int Fail(const std::string& m) {
+  std::cerr << "deskboxd: " << m << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto parsed = api::ParseConfig(args, api::EnvironmentMap());
+  if (!parsed) {
+    std::cerr << "deskboxd: " << parsed.error() << "\n";
     return 2;
   }
-  if (::geteuid() == 0) {
-    std::cerr << "deskboxd: refusing to run as root: it parses bytes from guests; run it as an "
-                 "unprivileged user (scripts/up uses the 'deskbox' user)\n";
-    return 1;
+  if (parsed->help) {
+    std::cout << api::Usage();
+    return 0;
   }
+  api::DaemonConfig config = parsed->config;
+  if (::geteuid() == 0)
+    return Fail("refusing to run as root: it parses bytes from guests; run it as an unprivileged user "
+                "(scripts/up uses the 'deskbox' user)");
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir + "/events", ec);
+  if (ec) return Fail("state dir " + config.state_dir + ": " + ec.message());
+  ::chmod(config.state_dir.c_str(), 0700);
+  if (config.template_name.empty()) config.template_name = NewestTemplate(config.cache_dir);
+  if (config.template_name.empty())
+    return Fail("no template in " + config.cache_dir + "/templates: build one with scripts/build-artifacts");
+
+  auto store = api::Store::Open(config.state_dir + "/deskbox.db");
+  if (!store) return Fail(store.error());
+  recorder::LogEventSinkOptions sink_options;
+  sink_options.dir = config.state_dir + "/events";
+  auto sink = recorder::LogEventSink::Create(sink_options);
+  if (!sink) return Fail("event logs: " + sink.error().message);
+
   asio::io_context io;
-  auto jailer = vmhost::JailerClient::Connect(io.get_executor(), jailer_socket);
-  if (!jailer) {
-    std::cerr << "deskboxd: " << jailer.error() << "\n";
-    return 1;
-  }
-  vmhost::SandboxManager manager(io.get_executor(), **jailer, config);
-  if (auto s = manager.Start(); !s) {
-    std::cerr << "deskboxd: " << s.error().message << "\n";
-    return 1;
-  }
+  auto jailer = vmhost::JailerClient::Connect(io.get_executor(), config.jailer_socket);
+  if (!jailer) return Fail(jailer.error());
+  vmhost::VmHostConfig vm;
+  vm.cache_dir = config.cache_dir;
+  vm.template_name = config.template_name;
+  vm.accelerator = config.accelerator;
+  vm.max_slots = config.max_sandboxes + config.warm_pool + config.prestart_pool + config.netns_pool;
+  vm.warm_pool = config.warm_pool;
+  vm.prestart_pool = config.prestart_pool;
+  vm.netns_pool = config.netns_pool;
+  vmhost::SandboxManager manager(io.get_executor(), **jailer, vm);
+  if (auto l = manager.Load(); !l) return Fail(l.error().message);
+
+  api::ApiService service(io.get_executor(), manager, **store, **sink, config);
+  auto key = service.Load();
+  if (!key) return Fail(key.error());
+  api::HttpServer server(io.get_executor(), [&service](api::Exchange& ex) { return service.Handle(ex); });
+  auto bound = server.Listen(config.listen_host, config.listen_port);
+  if (!bound) return Fail(bound.error());
+
   int exit_code = 0;
+  bool stopping = false;
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](boost::system::error_code, int sig) {
-    log::Info("deskboxd", "signal {}: destroying sandboxes", sig);
+  signals.async_wait([&](boost::system::error_code e, int sig) {
+    if (e || stopping) return;
+    stopping = true;
+    log::Info("deskboxd", "signal {}: stopping ({})", sig,
+              config.destroy_on_exit ? "destroying sandboxes" : "sandboxes keep running for the next start");
+    server.Stop();
     asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-      co_await manager.Shutdown();
+      co_await service.Shutdown();
       io.stop();
     }, asio::detached);
   });
   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    auto t0 = std::chrono::steady_clock::now();
-    auto sb = co_await manager.Create();
-    if (!sb) {
-      log::Error("deskboxd", "create: {}", sb.error().message);
-      exit_code = 1;
-      co_await manager.Shutdown();
-      io.stop();
-      co_return;
+    co_await service.Recover();
+    server.Start();
+    std::string url = fmt::format("http://{}:{}", bound->address().is_v6() ? "[" + bound->address().to_string() + "]"
+                                                                           : bound->address().to_string(),
+                                  bound->port());
+    log::Info("deskboxd", "listening on {} (template {}, accelerator {})", url, config.template_name,
+              manager.accelerator());
+    if (*key) {
+      std::printf("\nA new API key was generated (shown once; also in %s/api-key, mode 0600):\n\n  %s\n\n",
+                  config.state_dir.c_str(), (*key)->c_str());
     }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::string ns = netns_prefix + std::to_string((*sb)->slot);
-    std::printf(
-        "\nsandbox %s is running (restored in %.0f ms, %s)\n"
-        "  Chromium DevTools:  ip netns exec %s curl -s http://10.88.0.2:9222/json/version\n"
-        "  RFB (VNC):          ip netns exec %s nc 10.88.0.2 5900\n"
-        "Ctrl-C destroys it.\n",
-        (*sb)->id.c_str(), ms, std::string(vmhost::ToString((*sb)->path)).c_str(), ns.c_str(),
-        ns.c_str());
+    std::printf("deskboxd is listening on %s\n", url.c_str());
     std::fflush(stdout);
   }, asio::detached);
   io.run();

@@ -10,7 +10,8 @@ namespace {
 void Usage() {
   std::cerr << "usage: deskbox-jailer [--socket PATH] [--cache-dir DIR] [--state-dir DIR]\n"
                "         [--client-uid UID] [--socket-gid GID] [--uid-base UID]\n"
-               "         [--netns-prefix P] [--cgroup-name N] [--qemu PATH] [--no-seccomp]\n";
+               "         [--netns-prefix P] [--cgroup-name N] [--qemu PATH] [--no-seccomp]\n"
+               "         [--sweep-on-exit]\n";
 }
 }  // namespace
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     else if (a == "--cgroup-name") config.cgroup_name = next();
     else if (a == "--qemu") config.qemu_binary = next();
     else if (a == "--no-seccomp") config.seccomp = false;
+    else if (a == "--sweep-on-exit") config.sweep_on_exit = true;
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::cerr << "deskbox-jailer: unknown option " << a << "\n"; Usage(); return 2; }
   }

@@ -662,8 +662,18 @@ int JailerServer::Run() {
         if (si.ssi_signo == SIGCHLD) {
           ReapChildren();
         } else {
-          log::Info(kLog, "signal {}: exiting (QEMU processes keep running)", si.ssi_signo);
           ::unlink(config_.socket_path.c_str());
+          if (!config_.sweep_on_exit) {
+            log::Info(kLog, "signal {}: exiting (QEMU processes keep running)", si.ssi_signo);
+            return 0;
+          }
+          log::Info(kLog, "signal {}: destroying every slot, then exiting", si.ssi_signo);
+          auto list = ListSlots();
+          for (const auto& s : list.response.slots().slots()) {
+            jailer::v1::DestroySlot d;
+            d.set_slot(s.slot());
+            DestroySlot(d);
+          }
           return 0;
         }
       }

@@ -8,6 +8,10 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include "async_sleep.h"
 #include "common/log.h"
@@ -42,6 +46,8 @@ std::expected<JailerResult, VmError> CheckJailer(std::expected<JailerResult, std
 
 }  // namespace
 
+asio::awaitable<std::expected<JailerResult, VmError>> CallJailer(Jailer& j, jailer::v1::Request r);
+
 SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, VmHostConfig config)
     : executor_(executor), jailer_(jailer), config_(std::move(config)), refill_timer_(executor) {
   for (uint32_t s = 0; s < config_.max_slots; ++s) free_slots_.insert(config_.first_slot + s);
@@ -50,6 +56,14 @@ SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, V
 SandboxManager::~SandboxManager() { *alive_ = false; }
 
 std::expected<void, VmError> SandboxManager::Start() {
+  auto l = Load();
+  if (!l) return l;
+  refill_started_ = true;
+  asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
+  return {};
+}
+
+std::expected<void, VmError> SandboxManager::Load() {
   auto m = OpenTemplate(config_.cache_dir + "/templates/" + config_.template_name, VerifyMode::kQuick);
   if (!m) return std::unexpected(VmError{VmError::Code::kNotFound, m.error().message});
   manifest_ = std::move(*m);
@@ -57,8 +71,102 @@ std::expected<void, VmError> SandboxManager::Start() {
   log::Info(kLog, "template {} ({} MiB, {} vCPU, -cpu {}), accelerator {}", config_.template_name,
             manifest_.memory_mib(), manifest_.smp(), manifest_.cpu_model(), accelerator_);
   started_ = true;
-  asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
   return {};
+}
+
+asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<AdoptRequest> wanted) {
+  std::vector<AdoptResult> results;
+  jailer::v1::Request list;
+  list.mutable_list_slots();
+  auto listed = co_await CallJailer(jailer_, std::move(list));
+  std::map<uint32_t, int> running;  // slot -> live QEMU pid (0: none)
+  if (listed) {
+    for (const auto& s : listed->response.slots().slots()) running[s.slot()] = s.qemu_pid();
+  } else {
+    log::Warn(kLog, "recover: listing slots: {}", listed.error().message);
+  }
+  std::set<uint32_t> adopted_slots;
+  for (auto& w : wanted) {
+    AdoptResult res;
+    res.id = w.id;
+    auto fail = [&](std::string why) {
+      res.failure = std::move(why);
+      log::Warn(kLog, "recover: sandbox {} (slot {}): {}", w.id, w.slot, res.failure);
+    };
+    auto it = running.find(w.slot);
+    if (!free_slots_.count(w.slot) || adopted_slots.count(w.slot)) {
+      fail("slot is out of range or claimed twice");
+    } else if (it == running.end()) {
+      fail("its network slot is gone");
+    } else if (it->second == 0 || it->second != w.qemu_pid) {
+      fail("its QEMU process is gone");
+    } else {
+      auto sb = std::make_shared<Sandbox>();
+      sb->id = w.id;
+      sb->slot = w.slot;
+      sb->qemu_pid = w.qemu_pid;
+      sb->created_at = w.created_at;
+      std::string error;
+      std::vector<UniqueFd> fds;
+      for (auto kind : {jailer::v1::QMP, jailer::v1::AGENT}) {
+        jailer::v1::Request req;
+        req.mutable_connect_socket()->set_slot(w.slot);
+        req.mutable_connect_socket()->set_kind(kind);
+        auto r = co_await CallJailer(jailer_, std::move(req));
+        if (!r || r->fds.size() != 1) {
+          error = r ? "no socket returned" : r.error().message;
+          break;
+        }
+        fds.push_back(std::move(r->fds[0]));
+      }
+      UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, w.qemu_pid, 0)));
+      if (error.empty() && !pidfd) error = fmt::format("pidfd_open({}): {}", w.qemu_pid, std::strerror(errno));
+      std::string status;
+      if (error.empty()) {
+        sb->qmp = std::make_unique<QmpClient>(
+            QmpClient::Socket(executor_, asio::local::stream_protocol(), fds[0].release()));
+        sb->agent = std::make_unique<AgentClient>(
+            AgentClient::Socket(executor_, asio::local::stream_protocol(), fds[1].release()));
+        sb->pidfd = std::make_unique<asio::posix::stream_descriptor>(executor_, pidfd.release());
+        auto hs = co_await sb->qmp->Handshake(10s);
+        if (!hs) error = "QMP handshake: " + hs.error().message;
+      }
+      if (error.empty()) {
+        auto q = co_await sb->qmp->Execute("query-status", json::object(), 5s);
+        if (!q) error = "query-status: " + q.error().message;
+        else status = q->value("status", "");
+      }
+      if (error.empty() && status != "running" && status != "paused")
+        error = "QEMU reports status '" + status + "'";
+      if (!error.empty()) {
+        if (sb->qmp) sb->qmp->Close();
+        if (sb->agent) sb->agent->Close();
+        fail(error);
+      } else {
+        sb->state = status == "running" ? SandboxState::kRunning : SandboxState::kPaused;
+        free_slots_.erase(w.slot);
+        adopted_slots.insert(w.slot);
+        sandboxes_[sb->id] = sb;
+        WatchQemu(sb);
+        res.adopted = true;
+        res.state = sb->state;
+        log::Info(kLog, "recover: sandbox {} adopted in slot {} ({})", sb->id, sb->slot, status);
+      }
+    }
+    results.push_back(std::move(res));
+  }
+  // Everything else the jailer has is a leftover: pools of the last process, dead sandboxes.
+  for (const auto& [slot, pid] : running) {
+    if (adopted_slots.count(slot)) continue;
+    jailer::v1::Request req;
+    req.mutable_destroy_slot()->set_slot(slot);
+    auto r = co_await CallJailer(jailer_, std::move(req));
+    if (!r) log::Warn(kLog, "recover: destroying leftover slot {}: {}", slot, r.error().message);
+    else log::Info(kLog, "recover: destroyed leftover slot {}", slot);
+  }
+  refill_started_ = true;
+  asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
+  co_return results;
 }
 
 std::string SandboxManager::NewId() {
@@ -314,6 +422,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Transition(Sandbox
     if (from != SandboxState::kFailed) co_await ReleaseSlot(sb.slot);
   }
   if (to == SandboxState::kStopped) sandboxes_.erase(sb.id);
+  if (observer_) observer_(sb, from);
   co_return std::expected<void, VmError>{};
 }
 
@@ -518,11 +627,23 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
   if (*alive) refill_exited_ = true;
 }
 
-asio::awaitable<void> SandboxManager::Shutdown() {
+asio::awaitable<void> SandboxManager::Shutdown(bool keep_sandboxes) {
   shutting_down_ = true;
   KickRefill();
   // Let an in-flight refill step finish (it hands its VM back below or releases it itself).
-  for (int i = 0; i < 1200 && started_ && !refill_exited_; ++i) co_await Sleep(50ms);
+  for (int i = 0; i < 1200 && refill_started_ && !refill_exited_; ++i) co_await Sleep(50ms);
+  if (keep_sandboxes) {
+    for (auto& sb : List()) {
+      // Leave the VM to the next process; only our ends of its sockets go.
+      if (sb->qmp) sb->qmp->Close();
+      if (sb->agent) sb->agent->Close();
+      if (sb->pidfd) {
+        boost::system::error_code ec;
+        sb->pidfd->close(ec);
+      }
+    }
+    sandboxes_.clear();
+  }
   for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
   while (!warm_.empty()) {
     auto sb = warm_.front();

@@ -31,6 +31,7 @@ struct JailerConfig {
   uint64_t memory_overhead_mib = 768;  // QEMU's own memory above guest RAM (TCG cache etc.)
   uint32_t pids_max = 512;
   bool seccomp = true;
+  bool sweep_on_exit = false;  // on SIGTERM/SIGINT destroy every slot with our prefix (tests)
 };
 
 class JailerServer {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <deque>
 #include <expected>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -71,6 +72,24 @@ class Sandbox {
   std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
 };
 
+// A sandbox the previous deskboxd process left running, to take over after a restart.
+struct AdoptRequest {
+  std::string id;
+  uint32_t slot = 0;
+  int qemu_pid = 0;
+  std::chrono::system_clock::time_point created_at;
+};
+struct AdoptResult {
+  std::string id;
+  bool adopted = false;
+  SandboxState state = SandboxState::kFailed;  // running or paused (as QEMU reports) when adopted
+  std::string failure;                         // why not, when !adopted
+};
+
+// Told of every state change the manager makes (after it is made), including the ones nobody
+// asked for: QEMU exiting turns a sandbox failed.
+using TransitionObserver = std::function<void(const Sandbox&, SandboxState from)>;
+
 struct PoolStats {
   size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
 };
@@ -82,6 +101,12 @@ class SandboxManager {
 
   // Reads the template manifest and starts filling the pools.
   std::expected<void, VmError> Start();
+  // Start() in two steps, for a daemon that re-adopts sandboxes first: Load() reads the manifest;
+  // Recover() takes over the sandboxes of a previous process, destroys every other slot the
+  // jailer still has (pools of that process, dead QEMUs), then starts filling the pools.
+  std::expected<void, VmError> Load();
+  boost::asio::awaitable<std::vector<AdoptResult>> Recover(std::vector<AdoptRequest> sandboxes);
+  void SetObserver(TransitionObserver observer) { observer_ = std::move(observer); }
   // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
   boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
 
@@ -100,8 +125,9 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<void, VmError>> WaitGuestServices(
       uint32_t slot, std::chrono::milliseconds timeout);
 
-  // Destroys every sandbox and pooled VM; the manager refills nothing afterwards.
-  boost::asio::awaitable<void> Shutdown();
+  // Destroys every pooled VM, and every sandbox unless `keep_sandboxes` (their QEMUs keep
+  // running for the next process to Recover); the manager refills nothing afterwards.
+  boost::asio::awaitable<void> Shutdown(bool keep_sandboxes = false);
 
   const v1::TemplateManifest& manifest() const { return manifest_; }
   const std::string& accelerator() const { return accelerator_; }
@@ -132,8 +158,10 @@ class SandboxManager {
   boost::asio::steady_timer refill_timer_;
   bool refilling_ = false;
   bool started_ = false;
+  bool refill_started_ = false;
   bool refill_exited_ = false;
   bool shutting_down_ = false;
+  TransitionObserver observer_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

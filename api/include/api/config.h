@@ -1,0 +1,46 @@
+#pragma once
+// deskboxd's configuration: every setting has a flag, an environment variable, a default, a
+// range and a description (the table in docs/api.md is printed by `deskboxd --help`). Flags win
+// over the environment. A bad value stops the daemon with a message naming the setting.
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace deskbox::api {
+
+struct DaemonConfig {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 8080;
+  std::string state_dir = "/var/lib/deskbox";
+  std::string cache_dir = "/var/cache/deskbox";
+  std::string api_key;  // bootstrap key (DESKBOX_API_KEY); empty: generate on first start
+  std::string template_name;  // empty: the newest complete template in the cache
+  std::string jailer_socket = "/run/deskbox/jailer.sock";
+  std::string accelerator = "auto";
+  std::string netns_prefix = "dbx-";
+  uint32_t max_sandboxes = 16;
+  double creates_per_second = 5;
+  uint32_t warm_pool = 1;
+  uint32_t prestart_pool = 1;
+  uint32_t netns_pool = 2;
+  uint32_t default_timeout_s = 3600;
+  uint32_t max_timeout_s = 7 * 24 * 3600;
+  bool destroy_on_exit = false;
+};
+
+struct ConfigOutcome {
+  DaemonConfig config;
+  bool help = false;  // --help was given: print Usage() and exit 0
+};
+
+// Parses argv (flags) over `env` (environment variables). Returns a message naming the bad
+// setting on error.
+std::expected<ConfigOutcome, std::string> ParseConfig(const std::vector<std::string>& args,
+                                                      const std::map<std::string, std::string>& env);
+std::map<std::string, std::string> EnvironmentMap();
+std::string Usage();
+
+}  // namespace deskbox::api

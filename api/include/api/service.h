@@ -1,0 +1,112 @@
+#pragma once
+// ApiService: the REST API (api/openapi.yaml). It only translates: HTTP method + path + body →
+// a typed call on vmhost's SandboxManager or the guest agent, and the result → JSON. It owns the
+// records clients see (persisted in Store), authentication (Credentials), timeouts, metrics and
+// the lifecycle/exec/file events it writes to the EventSink.
+//
+// Threads: everything on the io_context thread; event-log flushes on a helper thread.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "api/config.h"
+#include "api/credentials.h"
+#include "api/http_server.h"
+#include "api/metrics.h"
+#include "api/store.h"
+#include "recorder/log_event_sink.h"
+#include "vmhost/sandbox_manager.h"
+
+namespace deskbox::api {
+
+inline constexpr size_t kMaxJsonBody = 1 << 20;             // bytes of a JSON request body
+inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;  // upload / download size
+inline constexpr size_t kMaxPathBytes = 4096;
+
+class ApiService {
+ public:
+  ApiService(boost::asio::any_io_executor executor, vmhost::SandboxManager& manager, Store& store,
+             recorder::LogEventSink& events, DaemonConfig config);
+  ~ApiService();
+
+  // Loads records and credentials. Returns a newly generated API key to print once, if any.
+  std::expected<std::optional<std::string>, std::string> Load();
+  // Re-adopts the sandboxes of a previous process (or marks them failed), then starts the pools
+  // and the timeout clock.
+  boost::asio::awaitable<void> Recover();
+  boost::asio::awaitable<HttpResponse> Handle(Exchange& ex);
+  // Stops the clock; destroys sandboxes only when the config says so (else they wait for the
+  // next start).
+  boost::asio::awaitable<void> Shutdown();
+
+  struct Call;
+  struct Route;
+
+ private:
+  static const std::vector<Route>& Routes();
+  using Reply = boost::asio::awaitable<HttpResponse>;
+  Reply Health(Call& c);
+  Reply ListTemplates(Call& c);
+  Reply CreateSandbox(Call& c);
+  Reply ListSandboxes(Call& c);
+  Reply GetSandbox(Call& c);
+  Reply PatchSandbox(Call& c);
+  Reply DeleteSandbox(Call& c);
+  Reply PauseSandbox(Call& c);
+  Reply ResumeSandbox(Call& c);
+  Reply Exec(Call& c);
+  Reply PutFile(Call& c);
+  Reply GetFile(Call& c);
+  Reply GetClipboard(Call& c);
+  Reply PutClipboard(Call& c);
+  Reply GetEvents(Call& c);
+  Reply CreateToken(Call& c);
+  Reply ListTokens(Call& c);
+  Reply DeleteToken(Call& c);
+  Reply CreateKey(Call& c);
+  Reply ListKeys(Call& c);
+  Reply DeleteKey(Call& c);
+  Reply GetMetrics(Call& c);
+
+  // Helpers
+  boost::asio::awaitable<std::expected<nlohmann::json, HttpResponse>> ReadJson(Call& c);
+  std::expected<SandboxRecord*, HttpResponse> FindRecord(const std::string& id);
+  std::expected<std::shared_ptr<vmhost::Sandbox>, HttpResponse> RunningSandbox(const std::string& id);
+  nlohmann::json SandboxJson(const SandboxRecord& r) const;
+  void Save(SandboxRecord& r);
+  void EmitLifecycle(const SandboxRecord& r, const Call* c, std::string from, std::string to, std::string reason,
+                     std::string detail = "");
+  void FillActor(recorder::v1::Event& e, const Call* c) const;
+  boost::asio::awaitable<void> FlushEvents();
+  boost::asio::awaitable<void> TimeoutLoop(std::shared_ptr<bool> alive);
+  boost::asio::awaitable<std::expected<void, std::string>> Resize(vmhost::Sandbox& sb, uint32_t w, uint32_t h);
+  void OnTransition(const vmhost::Sandbox& sb, vmhost::SandboxState from);
+  bool RateLimitAllows(double* retry_after_s);
+  size_t AliveCount() const;
+
+  boost::asio::any_io_executor executor_;
+  vmhost::SandboxManager& manager_;
+  Store& store_;
+  recorder::LogEventSink& events_;
+  DaemonConfig config_;
+  Credentials credentials_;
+  Metrics metrics_;
+  std::map<std::string, SandboxRecord> records_;
+  std::set<std::string> busy_;  // sandboxes with a pause/resume/stop in progress
+  size_t creating_ = 0;
+  double bucket_tokens_;
+  std::chrono::steady_clock::time_point bucket_time_;
+  boost::asio::steady_timer clock_;
+  boost::asio::thread_pool flush_pool_{1};
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace deskbox::api
