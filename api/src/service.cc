@@ -828,11 +828,18 @@ std::optional<std::string> FileQuery(const Exchange& ex, std::string* path, std:
   *path = it == ex.query().end() ? "" : it->second;
   return CheckGuestPath(*path);
 }
+
+// Which 400 a bad files query gets: a missing path is an incomplete request, a bad one a bad path.
+HttpResponse FileQueryError(const Exchange& ex, const std::string& message) {
+  bool has_path = ex.query().count("path") && !ex.query().at("path").empty();
+  bool unknown = message.starts_with("unknown query parameter");
+  return Error(400, has_path && !unknown ? "invalid_path" : "invalid_request", message);
+}
 }  // namespace
 
 asio::awaitable<HttpResponse> ApiService::PutFile(Call& c) {
   std::string path;
-  if (auto bad = FileQuery(c.ex, &path, {"path", "mode", "parents"})) co_return Error(400, "invalid_path", *bad);
+  if (auto bad = FileQuery(c.ex, &path, {"path", "mode", "parents"})) co_return FileQueryError(c.ex, *bad);
   uint32_t mode = 0644;
   if (auto m = c.ex.query().find("mode"); m != c.ex.query().end()) {
     const std::string& v = m->second;
@@ -911,7 +918,7 @@ asio::awaitable<HttpResponse> ApiService::PutFile(Call& c) {
 
 asio::awaitable<HttpResponse> ApiService::GetFile(Call& c) {
   std::string path;
-  if (auto bad = FileQuery(c.ex, &path, {"path"})) co_return Error(400, "invalid_path", *bad);
+  if (auto bad = FileQuery(c.ex, &path, {"path"})) co_return FileQueryError(c.ex, *bad);
   auto sb = RunningSandbox(c.id);
   if (!sb) co_return sb.error();
   auto keep = *sb;

@@ -1,0 +1,76 @@
+#include "api/json_input.h"
+
+#include <gtest/gtest.h>
+
+namespace deskbox::api {
+namespace {
+
+using nlohmann::json;
+
+TEST(JsonInputTest, RejectsDeepNestingBeforeParsing) {
+  std::string deep(100000, '[');
+  auto r = ParseJson(deep);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("nests deeper"), std::string::npos);
+  // Brackets inside strings do not count.
+  auto ok = ParseJson(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})");
+  ASSERT_TRUE(ok) << ok.error();
+}
+
+TEST(JsonInputTest, MalformedJsonHasAMessage) {
+  auto r = ParseJson("{\"a\": tru}");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("not valid JSON"), std::string::npos);
+  EXPECT_FALSE(ParseJson("\"\xff\xfe\""));  // invalid UTF-8
+}
+
+TEST(JsonInputTest, TypesRangesAndUnknownFields) {
+  json j = json::parse(R"({"n": 5, "s": "abc", "e": "pause", "b": true, "x": 1})");
+  ObjectReader in(j);
+  EXPECT_EQ(in.Integer("n", 1, 10), 5);
+  EXPECT_EQ(in.String("s", 1, 10), "abc");
+  EXPECT_EQ(in.Enum("e", {"pause", "stop"}), "pause");
+  EXPECT_EQ(in.Bool("b"), true);
+  auto err = in.Finish();
+  ASSERT_TRUE(err);
+  EXPECT_EQ(*err, "unknown field 'x'");
+
+  json bad = json::parse(R"({"n": "5"})");
+  ObjectReader b(bad);
+  EXPECT_FALSE(b.Integer("n", 1, 10));
+  EXPECT_EQ(b.Finish().value_or(""), "n must be an integer");
+
+  json range = json::parse(R"({"n": 11})");
+  ObjectReader r(range);
+  r.Integer("n", 1, 10);
+  EXPECT_NE(r.Finish().value_or("").find("between 1 and 10"), std::string::npos);
+
+  json fl = json::parse(R"({"n": 1.5})");
+  ObjectReader f(fl);
+  f.Integer("n", 1, 10);
+  EXPECT_TRUE(f.Finish());
+
+  json huge = json::parse(R"({"n": 18446744073709551615})");
+  ObjectReader h(huge);
+  h.Integer("n", 1, 10);
+  EXPECT_TRUE(h.Finish());
+}
+
+TEST(JsonInputTest, NestedNamesAndNotAnObject) {
+  json j = json::parse(R"({"width": -1})");
+  ObjectReader in(j, "resolution");
+  in.Integer("width", 1, 100);
+  EXPECT_NE(in.Finish().value_or("").find("resolution.width"), std::string::npos);
+  json arr = json::parse("[1]");
+  ObjectReader a(arr);
+  EXPECT_EQ(a.Finish().value_or(""), "body must be a JSON object");
+}
+
+TEST(JsonInputTest, DumpReplacesInvalidUtf8) {
+  json j = {{"out", std::string("ok\xff")}};
+  std::string s = Dump(j);
+  EXPECT_NE(s.find("ok\xef\xbf\xbd"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deskbox::api
