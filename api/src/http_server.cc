@@ -2,6 +2,8 @@
 
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -167,7 +169,8 @@ class StreamChunkWriter final : public ChunkWriter {
     if (failed_) return true;
     char c;
     ssize_t n = ::recv(s_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) failed_ = true;
+    // 0: the client sent FIN; an error other than "nothing to read": it reset the connection.
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) failed_ = true;
     return failed_;
   }
   asio::awaitable<void> Finish() {

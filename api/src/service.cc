@@ -75,7 +75,7 @@ HttpResponse FromAgentError(const vmhost::AgentError& e, bool file = false) {
   if (e.code == C::kTimeout) return Error(504, "guest_timeout", e.message);
   if (e.code == C::kGuest && file) {
     switch (static_cast<agent::v1::Error::Code>(e.guest_code)) {
-      case agent::v1::Error::INVALID_ARGUMENT: return Error(400, "invalid_request", e.message);
+      case agent::v1::Error::INVALID_ARGUMENT: return Error(400, "invalid_path", e.message);
       case agent::v1::Error::NOT_FOUND: return Error(404, "file_not_found", e.message);
       case agent::v1::Error::TOO_LARGE: return Error(413, "payload_too_large", e.message);
       case agent::v1::Error::TIMEOUT: return Error(504, "guest_timeout", e.message);

@@ -92,6 +92,15 @@ class CgroupsV1 final : public Cgroups {
     return {};
   }
 
+  std::expected<void, std::string> RemoveSubtree() override {
+    std::string err;
+    for (const char* c : kControllers) {
+      if (auto r = RmdirRetry(fmt::format("{}/{}/{}", root_, c, name_)); !r) err = r.error();
+    }
+    if (!err.empty()) return std::unexpected(err);
+    return {};
+  }
+
  private:
   static constexpr const char* kControllers[] = {"cpu", "memory", "pids"};
   std::string root_, name_;
@@ -130,6 +139,9 @@ class CgroupsV2 final : public Cgroups {
   }
   std::expected<void, std::string> Remove(const std::string& slot) override {
     return RmdirRetry(Dir(slot));
+  }
+  std::expected<void, std::string> RemoveSubtree() override {
+    return RmdirRetry(fmt::format("{}/{}", root_, name_));
   }
 
  private:

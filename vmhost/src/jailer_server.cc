@@ -674,6 +674,7 @@ int JailerServer::Run() {
             d.set_slot(s.slot());
             DestroySlot(d);
           }
+          if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kLog, "removing the cgroup subtree: {}", r.error());
           return 0;
         }
       }

@@ -29,6 +29,8 @@ class Cgroups {
   virtual std::vector<std::string> ProcsFiles(const std::string& slot) const = 0;
   // Removes the group; processes must have exited. Retries briefly while the kernel drains it.
   virtual std::expected<void, std::string> Remove(const std::string& slot) = 0;
+  // Removes our subtree itself (every slot group must be gone): the jailer's sweep on exit.
+  virtual std::expected<void, std::string> RemoveSubtree() = 0;
 };
 
 // root: the mount point ("/sys/fs/cgroup"); name: our subtree ("deskbox").

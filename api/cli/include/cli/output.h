@@ -1,0 +1,54 @@
+#pragma once
+// What the CLI prints: tables and key/value views of API objects, error lines, exit codes.
+// Pure functions of the JSON; tolerant of missing or oddly typed fields (a newer daemon may add
+// or change fields, and the CLI should still print what it can).
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deskbox::cli {
+
+// Responses keep the daemon's key order, so --json output and events read as sent.
+using Json = nlohmann::ordered_json;
+
+// Columns padded to the widest cell, two spaces apart, no trailing spaces; one '\n' per row.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
+
+// `ls`: ID STATE TEMPLATE RESOLUTION EXPIRES CREATED from {"sandboxes":[…]}.
+std::string FormatSandboxList(const Json& response);
+// `show`: "key: value" lines, known fields first in the contract's order, then the rest.
+std::string FormatSandbox(const Json& sandbox);
+// `token ls`: ID SCOPE CREATED EXPIRES.
+std::string FormatTokenList(const Json& response);
+// `keys ls`: ID NAME CREATED.
+std::string FormatKeyList(const Json& response);
+// `templates`: NAME DEFAULT SCREEN MEMORY VCPUS ACCEL.
+std::string FormatTemplateList(const Json& response);
+
+// Text from the daemon may hold anything another API user wrote (metadata, names): control
+// characters are escaped so it cannot rewrite the terminal and one value stays on one line.
+std::string Printable(std::string_view text);
+
+// object[name], or null when object is not an object or lacks the field. Never throws.
+const Json& Field(const Json& object, std::string_view name);
+
+// Indented JSON plus a newline; invalid UTF-8 is replaced rather than thrown on.
+std::string Pretty(const Json& value);
+
+// A JSON value as one line of text: strings unquoted, null as "-", others compact JSON.
+std::string Scalar(const Json& value);
+
+// "<code>: <message>" from an API error body; otherwise "HTTP <status> <reason>" followed by
+// the start of the body (control characters replaced) when there is one.
+std::string FormatApiError(unsigned status, std::string_view reason, std::string_view body);
+
+// Exit status that mirrors the command's: 124 if it timed out, 128+N if killed by signal N,
+// else its exit code (clamped to 0..255).
+int ExecExitStatus(const Json& response);
+
+// Secrets must be one HTTP header token: visible ASCII, no spaces. Checked before use so a
+// stray newline cannot split the header (and so the key never reaches an error message).
+bool IsValidCredential(std::string_view secret);
+
+}  // namespace deskbox::cli

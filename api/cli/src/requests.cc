@@ -1,0 +1,113 @@
+#include "cli/requests.h"
+
+#include <fmt/format.h>
+
+#include "cli/base64.h"
+
+namespace deskbox::cli {
+
+using boost::beast::http::verb;
+using nlohmann::json;
+
+namespace {
+std::string SandboxPath(std::string_view id, std::string_view rest = {}) {
+  return fmt::format("/v1/sandboxes/{}{}", PercentEncode(id), rest);
+}
+}  // namespace
+
+ApiRequest CreateRequest(const CreateCommand& c) {
+  json body = json::object();
+  if (c.template_name) body["template"] = *c.template_name;
+  if (c.resolution)
+    body["resolution"] = {{"width", c.resolution->width}, {"height", c.resolution->height}};
+  if (c.timeout_s) body["timeout_s"] = *c.timeout_s;
+  if (c.on_timeout) body["on_timeout"] = *c.on_timeout;
+  if (!c.metadata.empty()) body["metadata"] = c.metadata;
+  return {verb::post, "/v1/sandboxes", std::move(body)};
+}
+
+ApiRequest ListRequest(const ListCommand& c) {
+  std::string target = "/v1/sandboxes";
+  if (c.state) target += "?state=" + PercentEncode(*c.state);
+  return {verb::get, std::move(target), std::nullopt};
+}
+
+ApiRequest ShowRequest(std::string_view id) {
+  return {verb::get, SandboxPath(id), std::nullopt};
+}
+ApiRequest RemoveRequest(std::string_view id) {
+  return {verb::delete_, SandboxPath(id), std::nullopt};
+}
+ApiRequest PauseRequest(std::string_view id) {
+  return {verb::post, SandboxPath(id, "/pause"), std::nullopt};
+}
+ApiRequest ResumeRequest(std::string_view id) {
+  return {verb::post, SandboxPath(id, "/resume"), std::nullopt};
+}
+
+ApiRequest ExecRequest(const ExecCommand& c, const std::optional<std::string>& stdin_bytes) {
+  json body = json::object();
+  if (c.shell)
+    body["shell"] = *c.shell;
+  else
+    body["argv"] = c.argv;
+  if (!c.env.empty()) body["env"] = c.env;
+  if (c.cwd) body["cwd"] = *c.cwd;
+  if (stdin_bytes) body["stdin_b64"] = Base64Encode(*stdin_bytes);
+  if (c.timeout_s) body["timeout_s"] = *c.timeout_s;
+  if (c.max_output_bytes) body["max_output_bytes"] = *c.max_output_bytes;
+  body["encoding"] = "base64";
+  return {verb::post, SandboxPath(c.id, "/exec"), std::move(body)};
+}
+
+ApiRequest UploadRequest(const CopyCommand& c, std::string_view path) {
+  std::string target = SandboxPath(c.sandbox_id, "/files?path=" + PercentEncode(path, true));
+  if (c.mode) target += "&mode=" + *c.mode;
+  if (c.parents) target += "&parents=1";
+  return {verb::put, std::move(target), std::nullopt};
+}
+
+ApiRequest DownloadRequest(std::string_view sandbox_id, std::string_view path) {
+  return {verb::get, SandboxPath(sandbox_id, "/files?path=" + PercentEncode(path, true)),
+          std::nullopt};
+}
+
+ApiRequest ScreenshotRequest(const ScreenshotCommand& c) {
+  return {verb::get, SandboxPath(c.id, "/screenshot?format=" + PercentEncode(c.format)),
+          std::nullopt};
+}
+
+ApiRequest TokenCreateRequest(const TokenCreateCommand& c) {
+  json body = {{"scope", c.scope}};
+  if (c.ttl_s) body["ttl_s"] = *c.ttl_s;
+  return {verb::post, SandboxPath(c.sandbox_id, "/tokens"), std::move(body)};
+}
+
+ApiRequest TokenListRequest(std::string_view sandbox_id) {
+  return {verb::get, SandboxPath(sandbox_id, "/tokens"), std::nullopt};
+}
+
+ApiRequest TokenRemoveRequest(std::string_view token_id) {
+  return {verb::delete_, "/v1/tokens/" + PercentEncode(token_id), std::nullopt};
+}
+
+ApiRequest EventsRequest(std::string_view id, uint64_t since, bool follow) {
+  std::string query = follow ? fmt::format("?since={}&follow=1", since)
+                             : fmt::format("?since={}&limit={}", since, kEventsPageLimit);
+  return {verb::get, SandboxPath(id, "/events" + query), std::nullopt};
+}
+
+ApiRequest KeyListRequest() {
+  return {verb::get, "/v1/keys", std::nullopt};
+}
+ApiRequest KeyCreateRequest(std::string_view name) {
+  return {verb::post, "/v1/keys", json{{"name", name}}};
+}
+ApiRequest KeyRemoveRequest(std::string_view key_id) {
+  return {verb::delete_, "/v1/keys/" + PercentEncode(key_id), std::nullopt};
+}
+ApiRequest TemplatesRequest() {
+  return {verb::get, "/v1/templates", std::nullopt};
+}
+
+}  // namespace deskbox::cli
