@@ -110,6 +110,13 @@ asio::awaitable<std::expected<void, BodyError>> Exchange::MaybeContinue() {
 }
 
 asio::awaitable<std::expected<size_t, BodyError>> Exchange::ReadSome(std::span<char> buf, uint64_t limit) {
+  if (body_error_) co_return std::unexpected(*body_error_);
+  auto result = co_await ReadSomeOnce(buf, limit);
+  if (!result) body_error_ = result.error();
+  co_return result;
+}
+
+asio::awaitable<std::expected<size_t, BodyError>> Exchange::ReadSomeOnce(std::span<char> buf, uint64_t limit) {
   if (parser_.is_done()) co_return 0;
   if (auto cl = parser_.content_length(); cl && *cl > limit)
     co_return std::unexpected(BodyError{BodyError::Code::kTooLarge,
@@ -268,9 +275,13 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
     unsigned version = parser.get().version();
     Exchange ex(stream, buffer, parser, remote);
     HttpResponse res = co_await handler_(ex);
+    if (res.upgrade) {
+      co_await res.upgrade(std::move(stream), parser.release());
+      co_return;
+    }
     // A body the handler did not read would be taken for the next request: drain a little of
     // it, or close.
-    if (!parser.is_done()) {
+    if (!parser.is_done() && !ex.body_failed()) {
       char sink[16384];
       uint64_t drained = 0;
       while (!parser.is_done() && drained < (64u << 10)) {
@@ -278,8 +289,8 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
         if (!n || *n == 0) break;
         drained += *n;
       }
-      if (!parser.is_done()) keep_alive = false;
     }
+    if (!parser.is_done() || ex.body_failed()) keep_alive = false;
     if (res.stream) {
       http::response<http::empty_body> head{static_cast<http::status>(res.status), version};
       head.set(http::field::content_type, res.content_type);

@@ -122,8 +122,10 @@ struct ApiService::Call {
   Exchange& ex;
   const Route* route = nullptr;
   Principal principal;
-  std::string id;  // the {id} path parameter, if any
+  std::string id;      // the {id} path parameter, if any
+  std::string target;  // the {target} path parameter (CDP target or browser id), if any
   std::string request_id;
+  std::string query_token;  // the credential, when it came in the query string
 };
 
 struct ApiService::Route {
@@ -133,6 +135,7 @@ struct ApiService::Route {
   bool token_in_query = false;
   bool open = false;                // no authentication (healthz)
   Reply (ApiService::*handler)(Call&) = nullptr;
+  bool trailing_slash = false;
 };
 
 namespace {
@@ -155,16 +158,22 @@ std::vector<std::string_view> Segments(std::string_view path) {
 }
 
 // Matches `path` against `pattern`; fills `id` from a {id} segment.
-bool Match(std::string_view pattern, std::string_view path, std::string& id) {
+// Matches `path` against `pattern`; fills `id` and `target` from {id} and {target} segments.
+// A trailing slash is accepted only where `trailing_slash` says so (CDP clients add one).
+bool Match(std::string_view pattern, std::string_view path, bool trailing_slash, std::string& id,
+           std::string& target) {
   auto p = Segments(pattern), s = Segments(path);
   if (p.size() != s.size()) return false;
-  if (!path.empty() && path.back() == '/' && path.size() > 1) return false;
-  std::string found;
+  if (!trailing_slash && !path.empty() && path.back() == '/' && path.size() > 1) return false;
+  if (path.find("//") != std::string_view::npos) return false;
+  std::string found, found_target;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == "{id}") found = s[i];
+    else if (p[i] == "{target}") found_target = s[i];
     else if (p[i] != s[i]) return false;
   }
   id = found;
+  target = found_target;
   return true;
 }
 
@@ -179,6 +188,7 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
       events_(events),
       config_(std::move(config)),
       credentials_(store),
+      cdp_(executor, *this, events),
       bucket_tokens_(config_.creates_per_second < 1 ? 1 : config_.creates_per_second),
       bucket_time_(std::chrono::steady_clock::now()),
       clock_(executor) {
@@ -240,6 +250,7 @@ asio::awaitable<void> ApiService::Recover() {
 asio::awaitable<void> ApiService::Shutdown() {
   *alive_ = false;
   clock_.cancel();
+  for (const auto& [id, r] : records_) EndCdpSessions(id, "deskboxd is stopping");
   if (config_.destroy_on_exit) {
     for (auto& [id, r] : records_) {
       if (r.state != "running" && r.state != "paused" && r.state != "creating") continue;
@@ -301,6 +312,7 @@ void ApiService::OnTransition(const vmhost::Sandbox& sb, SandboxState from) {
   auto it = records_.find(sb.id);
   if (it == records_.end() || it->second.state == "failed" || it->second.state == "stopped") return;
   SandboxRecord& r = it->second;
+  EndCdpSessions(r.id, "sandbox failed");
   r.state = "failed";
   r.failure = sb.failure.empty() ? "the sandbox's VM failed" : sb.failure;
   r.expires_at_ms = 0;
@@ -394,11 +406,12 @@ asio::awaitable<HttpResponse> ApiService::Handle(Exchange& ex) {
   const Route* route = nullptr;
   std::string allowed;
   for (const auto& r : Routes()) {
-    std::string id;
-    if (!Match(r.pattern, ex.path(), id)) continue;
+    std::string id, target;
+    if (!Match(r.pattern, ex.path(), r.trailing_slash, id, target)) continue;
     if (r.method == ex.method()) {
       route = &r;
       call.id = id;
+      call.target = target;
       break;
     }
     allowed += (allowed.empty() ? "" : ", ") + std::string(boost::beast::http::to_string(r.method));
@@ -432,6 +445,7 @@ asio::awaitable<HttpResponse> ApiService::Handle(Exchange& ex) {
           secret = std::string(auth.substr(7));
       } else if (q != ex.query().end()) {
         secret = q->second;
+        call.query_token = secret;
       } else {
         denied = Error(401, "unauthorized", "missing 'Authorization: Bearer <key or token>'");
       }
@@ -672,6 +686,7 @@ asio::awaitable<HttpResponse> ApiService::DeleteSandbox(Call& c) {
   if (busy_.count(rec.id)) co_return Error(409, "invalid_state", fmt::format("sandbox {} is busy; retry", rec.id));
   std::string from = rec.state;
   std::string detail;
+  EndCdpSessions(rec.id, "sandbox stopped");
   if (rec.state != "failed") {
     auto d = co_await manager_.Destroy(rec.id);
     if (!d && d.error().code != vmhost::VmError::Code::kNotFound) detail = d.error().message;
@@ -694,6 +709,7 @@ asio::awaitable<HttpResponse> ApiService::PauseSandbox(Call& c) {
     co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; only a running sandbox can be paused", c.id, (*r)->state));
   if (busy_.count(c.id)) co_return Error(409, "invalid_state", fmt::format("sandbox {} is busy; retry", c.id));
   busy_.insert(c.id);
+  EndCdpSessions(c.id, "sandbox paused");
   auto p = co_await manager_.Pause(c.id);
   busy_.erase(c.id);
   if (!p) co_return FromVmError(p.error());
@@ -1217,10 +1233,167 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
   g["deskbox_events_written"] = {"Events appended to sandbox logs since start.", {{"", static_cast<double>(es.written)}}};
   g["deskbox_events_dropped"] = {"Events dropped (queue full, invalid, too large) since start.",
                                  {{"", static_cast<double>(es.dropped_queue_full + es.dropped_invalid + es.dropped_too_large)}}};
+  g["deskbox_cdp_sessions"] = {"Open CDP WebSocket sessions.", {{"", static_cast<double>(cdp_.TotalSessions())}}};
   HttpResponse res;
   res.content_type = "text/plain; version=0.0.4; charset=utf-8";
   res.body = metrics_.Render(g);
+  res.body += "# HELP deskbox_cdp_messages_total CDP messages from clients to browsers, by method.\n"
+              "# TYPE deskbox_cdp_messages_total counter\n";
+  for (const auto& [method, n] : cdp_.method_counts())
+    res.body += fmt::format("deskbox_cdp_messages_total{{method=\"{}\"}} {}\n", LabelValue(method), n);
   co_return res;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CDP (cdp-proxy): /json/* and the DevTools WebSockets of the sandbox's Chromium
+
+asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdp(const std::string& sandbox_id) {
+  auto sb = manager_.Find(sandbox_id);
+  if (!sb || sb->state != SandboxState::kRunning) co_return std::unexpected(std::string("the sandbox is not running"));
+  auto s = co_await manager_.ConnectGuest(sb->slot, cdp_proxy::kGuestCdpPort, 5s);
+  if (!s) co_return std::unexpected(s.error().message);
+  co_return std::move(*s);
+}
+
+recorder::v1::Actor ApiService::ActorOf(const Call& c) const {
+  recorder::v1::Event e;
+  FillActor(e, &c);
+  return e.actor();
+}
+
+void ApiService::EndCdpSessions(const std::string& id, const std::string& reason) { cdp_.CloseSandbox(id, reason); }
+
+cdp_proxy::PublicUrls ApiService::CdpUrls(const Call& c) const {
+  // The host the client used to reach us (checked to be a plain host[:port]), else our address.
+  std::string host(c.ex.header("Host"));
+  bool ok = !host.empty() && host.size() <= 255 &&
+            host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]") ==
+                std::string::npos;
+  if (!ok) host = fmt::format("{}:{}", config_.listen_host, config_.listen_port);
+  cdp_proxy::PublicUrls u;
+  u.host_path = fmt::format("{}/v1/sandboxes/{}/cdp", host, c.id);
+  u.ws_base = "ws://" + u.host_path;
+  if (!c.query_token.empty()) u.query = "?token=" + c.query_token;
+  return u;
+}
+
+asio::awaitable<std::expected<GuestHttpAnswerJson, HttpResponse>> ApiService::CdpGuestJson(
+    Call& c, boost::beast::http::verb m, const std::string& target) {
+  auto rec = FindRecord(c.id);
+  if (!rec) co_return std::unexpected(rec.error());
+  if ((*rec)->state != "running")
+    co_return std::unexpected(Error(409, "invalid_state", fmt::format("sandbox {} is {}; its browser is not reachable", c.id, (*rec)->state)));
+  auto a = co_await cdp_.GuestHttp(c.id, m, target);
+  if (!a) co_return std::unexpected(Error(502, "guest_error", "the sandbox's browser: " + a.error()));
+  co_return GuestHttpAnswerJson{a->status, std::move(a->body)};
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpVersion(Call& c) {
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/version");
+  if (!a) co_return a.error();
+  auto v = cdp_proxy::SanitizeVersion(a->body, CdpUrls(c));
+  if (!v) co_return Error(502, "guest_error", "the sandbox's browser gave a bad /json/version: " + v.error());
+  co_return Json(200, v->body);
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpList(Call& c) {
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/list");
+  if (!a) co_return a.error();
+  auto v = cdp_proxy::SanitizeTargets(a->body, CdpUrls(c));
+  if (!v) co_return Error(502, "guest_error", "the sandbox's browser gave a bad /json/list: " + v.error());
+  co_return Json(200, *v);
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpNew(Call& c) {
+  std::string url = "about:blank";
+  for (const auto& [k, v] : c.ex.query()) {
+    if (k == "url") url = v;
+    else if (k != "token") co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
+  }
+  if (url.size() > 8192 || url.find_first_of(std::string("\r\n\0", 3)) != std::string::npos)
+    co_return Error(400, "invalid_request", "url must be at most 8192 bytes without CR, LF or NUL");
+  // Chromium takes the URL as the raw query string; escape what would end it.
+  std::string escaped;
+  for (unsigned char ch : url) {
+    if (ch <= 0x20 || ch >= 0x7f || ch == '#' || ch == '%') escaped += fmt::format("%{:02X}", ch);
+    else escaped += static_cast<char>(ch);
+  }
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::put, "/json/new?" + escaped);
+  if (!a) co_return a.error();
+  if (a->status != 200) co_return Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status));
+  auto v = cdp_proxy::SanitizeTarget(a->body, CdpUrls(c));
+  if (!v) co_return Error(502, "guest_error", "the sandbox's browser gave a bad /json/new: " + v.error());
+  co_return Json(200, *v);
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpActivate(Call& c) {
+  if (!cdp_proxy::IsValidTargetId(c.target)) co_return Error(404, "not_found", "no such target");
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/activate/" + c.target);
+  if (!a) co_return a.error();
+  if (a->status == 404) co_return Error(404, "not_found", fmt::format("no target {}", c.target));
+  if (a->status != 200) co_return Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status));
+  HttpResponse r;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = "Target activated";
+  co_return r;
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpClose(Call& c) {
+  if (!cdp_proxy::IsValidTargetId(c.target)) co_return Error(404, "not_found", "no such target");
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/close/" + c.target);
+  if (!a) co_return a.error();
+  if (a->status == 404) co_return Error(404, "not_found", fmt::format("no target {}", c.target));
+  if (a->status != 200) co_return Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status));
+  HttpResponse r;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = "Target is closing";
+  co_return r;
+}
+
+HttpResponse ApiService::CdpWebSocket(Call& c, std::string guest_path) {
+  HttpResponse r;
+  r.status = 101;
+  std::string id = c.id;
+  recorder::v1::Actor actor = ActorOf(c);
+  r.upgrade = [this, id, guest_path, actor](boost::beast::tcp_stream stream,
+                                            boost::beast::http::request<boost::beast::http::buffer_body> req)
+      -> asio::awaitable<void> { co_await cdp_.Run(std::move(stream), std::move(req), id, guest_path, actor); };
+  return r;
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpBrowser(Call& c) {
+  auto rec = FindRecord(c.id);
+  if (!rec) co_return rec.error();
+  bool upgrade = boost::beast::iequals(c.ex.header("Upgrade"), "websocket");
+  if (!upgrade) {
+    // Plain GET of the endpoint: what /json/version says (so the URL itself is informative).
+    if (!c.target.empty()) co_return Error(400, "invalid_request", "this is a WebSocket endpoint");
+    co_return co_await CdpVersion(c);
+  }
+  if ((*rec)->state != "running")
+    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; its browser is not reachable", c.id, (*rec)->state));
+  std::string browser = c.target;
+  if (browser.empty()) {
+    auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/version");
+    if (!a) co_return a.error();
+    auto v = cdp_proxy::SanitizeVersion(a->body, CdpUrls(c));
+    if (!v) co_return Error(502, "guest_error", "the sandbox's browser gave a bad /json/version: " + v.error());
+    browser = v->browser_id;
+  } else if (!cdp_proxy::IsValidBrowserId(browser)) {
+    co_return Error(404, "not_found", "no such browser endpoint");
+  }
+  co_return CdpWebSocket(c, "/devtools/browser/" + browser);
+}
+
+asio::awaitable<HttpResponse> ApiService::CdpPage(Call& c) {
+  auto rec = FindRecord(c.id);
+  if (!rec) co_return rec.error();
+  if (!boost::beast::iequals(c.ex.header("Upgrade"), "websocket"))
+    co_return Error(400, "invalid_request", "this is a WebSocket endpoint");
+  if (!cdp_proxy::IsValidTargetId(c.target)) co_return Error(404, "not_found", "no such target");
+  if ((*rec)->state != "running")
+    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; its browser is not reachable", c.id, (*rec)->state));
+  co_return CdpWebSocket(c, "/devtools/page/" + c.target);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1241,6 +1414,7 @@ asio::awaitable<void> ApiService::TimeoutLoop(std::shared_ptr<bool> alive) {
       if (it == records_.end() || it->second.state != "running") continue;
       std::string action = it->second.on_timeout;
       busy_.insert(id);
+      EndCdpSessions(id, action == "stop" ? "sandbox stopped: its timeout expired" : "sandbox paused: its timeout expired");
       std::string detail;
       bool done = false;
       if (action == "stop") {
@@ -1302,6 +1476,16 @@ const std::vector<ApiService::Route>& ApiService::Routes() {
       {verb::get, "/v1/keys", {}, false, false, &A::ListKeys},
       {verb::delete_, "/v1/keys/{id}", {}, false, false, &A::DeleteKey},
       {verb::get, "/metrics", {}, false, false, &A::GetMetrics},
+      // CDP: browsers and WebSocket clients open these by URL, so a token may come in the query.
+      {verb::get, "/v1/sandboxes/{id}/cdp", {S::kCdp}, true, false, &A::CdpBrowser, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/json/version", {S::kCdp}, true, false, &A::CdpVersion, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/json/list", {S::kCdp}, true, false, &A::CdpList, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/json", {S::kCdp}, true, false, &A::CdpList, true},
+      {verb::put, "/v1/sandboxes/{id}/cdp/json/new", {S::kCdp}, true, false, &A::CdpNew, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/json/activate/{target}", {S::kCdp}, true, false, &A::CdpActivate, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/json/close/{target}", {S::kCdp}, true, false, &A::CdpClose, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/devtools/browser/{target}", {S::kCdp}, true, false, &A::CdpBrowser, true},
+      {verb::get, "/v1/sandboxes/{id}/cdp/devtools/page/{target}", {S::kCdp}, true, false, &A::CdpPage, true},
   };
   return routes;
 }

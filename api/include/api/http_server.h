@@ -43,6 +43,11 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;
   // When set, the body is produced by this function after the head is sent (chunked).
   std::function<boost::asio::awaitable<void>(ChunkWriter&)> stream;
+  // When set, the server writes nothing and hands the connection and the request over (a
+  // WebSocket upgrade).
+  std::function<boost::asio::awaitable<void>(boost::beast::tcp_stream,
+                                             boost::beast::http::request<boost::beast::http::buffer_body>)>
+      upgrade;
 };
 
 struct BodyError {
@@ -77,9 +82,11 @@ class Exchange {
   // Fails with kTooLarge once more than `limit` bytes in total arrive.
   boost::asio::awaitable<std::expected<size_t, BodyError>> ReadSome(std::span<char> buf, uint64_t limit);
   bool body_done() const { return parser_.is_done(); }
+  bool body_failed() const { return body_error_.has_value(); }
 
  private:
   boost::asio::awaitable<std::expected<void, BodyError>> MaybeContinue();
+  boost::asio::awaitable<std::expected<size_t, BodyError>> ReadSomeOnce(std::span<char> buf, uint64_t limit);
   boost::beast::tcp_stream& stream_;
   boost::beast::flat_buffer& buffer_;
   Parser& parser_;
@@ -90,6 +97,7 @@ class Exchange {
   bool query_malformed_ = false;
   bool continue_sent_ = false;
   uint64_t received_ = 0;
+  std::optional<BodyError> body_error_;  // a failed read is final: the parser cannot go on
 };
 
 using HttpHandler = std::function<boost::asio::awaitable<HttpResponse>(Exchange&)>;

@@ -22,6 +22,8 @@
 #include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/store.h"
+#include "cdp_proxy/cdp_proxy.h"
+#include "cdp_proxy/guest_json.h"
 #include "recorder/log_event_sink.h"
 #include "vmhost/sandbox_manager.h"
 
@@ -31,7 +33,12 @@ inline constexpr size_t kMaxJsonBody = 1 << 20;             // bytes of a JSON r
 inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;  // upload / download size
 inline constexpr size_t kMaxPathBytes = 4096;
 
-class ApiService {
+struct GuestHttpAnswerJson {
+  unsigned status = 0;
+  std::string body;
+};
+
+class ApiService : private cdp_proxy::GuestDialer {
  public:
   ApiService(boost::asio::any_io_executor executor, vmhost::SandboxManager& manager, Store& store,
              recorder::LogEventSink& events, DaemonConfig config);
@@ -75,6 +82,19 @@ class ApiService {
   Reply ListKeys(Call& c);
   Reply DeleteKey(Call& c);
   Reply GetMetrics(Call& c);
+  Reply CdpVersion(Call& c);
+  Reply CdpList(Call& c);
+  Reply CdpNew(Call& c);
+  Reply CdpActivate(Call& c);
+  Reply CdpClose(Call& c);
+  Reply CdpBrowser(Call& c);
+  Reply CdpPage(Call& c);
+  boost::asio::awaitable<std::expected<GuestHttpAnswerJson, HttpResponse>> CdpGuestJson(Call& c, boost::beast::http::verb m,
+                                                                                     const std::string& target);
+  cdp_proxy::PublicUrls CdpUrls(const Call& c) const;
+  HttpResponse CdpWebSocket(Call& c, std::string guest_path);
+  recorder::v1::Actor ActorOf(const Call& c) const;
+  void EndCdpSessions(const std::string& id, const std::string& reason);
 
   // Helpers
   boost::asio::awaitable<std::expected<nlohmann::json, HttpResponse>> ReadJson(Call& c);
@@ -90,6 +110,8 @@ class ApiService {
   boost::asio::awaitable<std::expected<void, std::string>> Resize(vmhost::Sandbox& sb, uint32_t w, uint32_t h);
   void OnTransition(const vmhost::Sandbox& sb, vmhost::SandboxState from);
   bool RateLimitAllows(double* retry_after_s);
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
+      const std::string& sandbox_id) override;
   size_t AliveCount() const;
 
   boost::asio::any_io_executor executor_;
@@ -99,6 +121,7 @@ class ApiService {
   DaemonConfig config_;
   Credentials credentials_;
   Metrics metrics_;
+  cdp_proxy::CdpProxy cdp_;
   std::map<std::string, SandboxRecord> records_;
   std::set<std::string> busy_;  // sandboxes with a pause/resume/stop in progress
   size_t creating_ = 0;

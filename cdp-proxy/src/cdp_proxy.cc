@@ -1,0 +1,246 @@
+#include "cdp_proxy/cdp_proxy.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/websocket.hpp>
+#include <fmt/format.h>
+
+#include "cdp_proxy/guest_json.h"
+#include "common/log.h"
+
+namespace deskbox::cdp_proxy {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using namespace std::chrono_literals;
+constexpr char kLog[] = "cdp";
+
+using Ws = websocket::stream<beast::tcp_stream>;
+
+struct CdpProxy::Session {
+  Session(Ws client_ws, Ws guest_ws, asio::any_io_executor ex)
+      : client(std::move(client_ws)), guest(std::move(guest_ws)), done(ex) {}
+  Ws client;
+  Ws guest;
+  std::string sandbox_id;
+  recorder::v1::Actor actor;
+  std::string close_reason;  // set by CloseSandbox
+  bool client_done = false;  // the client side can no longer be read
+  bool guest_done = false;   // the guest side can no longer be read
+  asio::steady_timer done;
+};
+
+CdpProxy::CdpProxy(asio::any_io_executor executor, GuestDialer& dialer, recorder::EventSink& events,
+                   CdpProxyOptions options)
+    : executor_(executor), dialer_(dialer), events_(events), options_(options) {}
+
+CdpProxy::~CdpProxy() { *alive_ = false; }
+
+size_t CdpProxy::Sessions(const std::string& sandbox_id) const {
+  auto it = sessions_.find(sandbox_id);
+  return it == sessions_.end() ? 0 : it->second.size();
+}
+
+size_t CdpProxy::TotalSessions() const {
+  size_t n = 0;
+  for (const auto& [id, s] : sessions_) n += s.size();
+  return n;
+}
+
+bool CdpProxy::AtSessionLimit(const std::string& sandbox_id) const {
+  return Sessions(sandbox_id) >= options_.max_sessions_per_sandbox;
+}
+
+void CdpProxy::Count(const std::string& method) {
+  auto it = method_counts_.find(method);
+  if (it != method_counts_.end()) ++it->second;
+  else if (method_counts_.size() < options_.max_counted_methods) method_counts_[method] = 1;
+  else ++method_counts_["other"];
+}
+
+asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp(const std::string& sandbox_id,
+                                                                                   http::verb method,
+                                                                                   const std::string& target) {
+  auto sock = co_await dialer_.DialCdp(sandbox_id);
+  if (!sock) co_return std::unexpected(sock.error());
+  beast::tcp_stream stream(std::move(*sock));
+  http::request<http::empty_body> req{method, target, 11};
+  req.set(http::field::host, kGuestCdpHost);  // the fixed guest address, never a name the guest gave
+  req.set(http::field::connection, "close");
+  boost::system::error_code ec;
+  stream.expires_after(options_.guest_timeout);
+  co_await http::async_write(stream, req, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::unexpected("sending to the guest's DevTools: " + ec.message());
+  beast::flat_buffer buf;
+  http::response_parser<http::string_body> parser;
+  parser.header_limit(16 * 1024);
+  parser.body_limit(kMaxGuestJson);
+  co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+  stream.socket().close(ec);
+  if (ec && !parser.is_done()) co_return std::unexpected("reading the guest's DevTools answer: " + ec.message());
+  co_return GuestHttpAnswer{parser.get().result_int(), parser.get().body()};
+}
+
+asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http::buffer_body> request,
+                                    std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor) {
+  auto http_error = [&](unsigned status, std::string code, std::string message) -> asio::awaitable<void> {
+    http::response<http::string_body> res{static_cast<http::status>(status), request.version()};
+    res.set(http::field::content_type, "application/json");
+    res.set(http::field::cache_control, "no-store");
+    res.keep_alive(false);
+    nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
+    res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    res.prepare_payload();
+    boost::system::error_code ec;
+    stream.expires_after(10s);
+    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+    stream.close();
+  };
+  if (AtSessionLimit(sandbox_id)) {
+    co_await http_error(429, "rate_limited",
+                        fmt::format("this sandbox has {} CDP sessions, the limit", options_.max_sessions_per_sandbox));
+    co_return;
+  }
+  auto sock = co_await dialer_.DialCdp(sandbox_id);
+  if (!sock) {
+    co_await http_error(502, "guest_error", "cannot reach the sandbox's browser: " + sock.error());
+    co_return;
+  }
+  Ws guest(beast::tcp_stream(std::move(*sock)));
+  guest.read_message_max(options_.max_message_bytes);
+  websocket::stream_base::timeout guest_timeouts{options_.guest_timeout, websocket::stream_base::none(), false};
+  guest.set_option(guest_timeouts);
+  boost::system::error_code ec;
+  websocket::response_type guest_answer;
+  co_await guest.async_handshake(guest_answer, kGuestCdpHost, guest_path, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    bool missing = guest_answer.result() == http::status::not_found || guest_answer.result() == http::status::bad_request;
+    co_await http_error(missing ? 404 : 502, missing ? "not_found" : "guest_error",
+                        missing ? "the browser has no such target" : "the browser refused the connection: " + ec.message());
+    co_return;
+  }
+  // The guest side may stay silent for as long as the client wants.
+  guest.set_option(websocket::stream_base::timeout{options_.guest_timeout, websocket::stream_base::none(), false});
+  Ws client(std::move(stream));
+  client.read_message_max(options_.max_message_bytes);
+  client.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+  client.set_option(websocket::stream_base::decorator([](websocket::response_type& r) {
+    r.set(http::field::server, "deskbox");
+  }));
+  co_await client.async_accept(request, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    boost::system::error_code ignored;
+    beast::get_lowest_layer(guest).socket().close(ignored);
+    co_return;
+  }
+  auto s = std::make_shared<Session>(std::move(client), std::move(guest), executor_);
+  s->sandbox_id = sandbox_id;
+  s->actor = actor;
+  sessions_[sandbox_id].insert(s.get());
+  log::Info(kLog, "sandbox {}: CDP session opened to {} ({} open)", sandbox_id, guest_path, Sessions(sandbox_id));
+  asio::co_spawn(executor_, ClientToGuest(s), asio::detached);
+  co_await GuestToClient(s);
+  while (!s->client_done) {
+    s->done.expires_after(1s);
+    co_await s->done.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  }
+  beast::get_lowest_layer(s->client).socket().close(ec);
+  beast::get_lowest_layer(s->guest).socket().close(ec);
+  auto it = sessions_.find(sandbox_id);
+  if (it != sessions_.end()) {
+    it->second.erase(s.get());
+    if (it->second.empty()) sessions_.erase(it);
+  }
+  log::Info(kLog, "sandbox {}: CDP session closed{}", sandbox_id,
+            s->close_reason.empty() ? "" : " (" + s->close_reason + ")");
+}
+
+asio::awaitable<void> CdpProxy::ClientToGuest(std::shared_ptr<Session> s) {
+  beast::flat_buffer buf;
+  auto alive = alive_;
+  bool guest_ok = true;
+  for (;;) {
+    boost::system::error_code ec;
+    co_await s->client.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || !*alive) break;
+    bool text = s->client.got_text();
+    if (text) {
+      std::string_view msg(static_cast<const char*>(buf.data().data()), buf.size());
+      CdpMessageInfo info = InspectClientMessage(msg);
+      Count(info.method);
+      recorder::v1::Event e;
+      e.set_sandbox_id(s->sandbox_id);
+      *e.mutable_actor() = s->actor;
+      auto* c = e.mutable_cdp();
+      c->set_method(info.method);
+      c->set_session_id(info.session_id);
+      c->set_notable(info.notable);
+      c->set_note(info.note);
+      events_.Emit(std::move(e));
+      if (info.notable) log::Info(kLog, "sandbox {}: notable CDP call {}: {}", s->sandbox_id, info.method, info.note);
+    }
+    // Once the guest side is gone, keep reading only to see the client's close.
+    if (guest_ok && !s->guest_done) {
+      s->guest.text(text);
+      co_await s->guest.async_write(buf.data(), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) guest_ok = false;
+    }
+    buf.consume(buf.size());
+  }
+  s->client_done = true;
+  if (*alive && !s->guest_done) {
+    boost::system::error_code ec;
+    beast::get_lowest_layer(s->guest).socket().close(ec);  // ends GuestToClient
+  }
+  if (*alive) s->done.cancel();
+}
+
+asio::awaitable<void> CdpProxy::GuestToClient(std::shared_ptr<Session> s) {
+  beast::flat_buffer buf;
+  boost::system::error_code ec;
+  for (;;) {
+    co_await s->guest.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) break;
+    s->client.text(s->guest.got_text());
+    boost::system::error_code wec;
+    co_await s->client.async_write(buf.data(), asio::redirect_error(asio::use_awaitable, wec));
+    buf.consume(buf.size());
+    if (wec) break;
+  }
+  s->guest_done = true;
+  if (s->client_done) co_return;
+  websocket::close_reason reason;
+  if (!s->close_reason.empty()) {
+    reason = {websocket::close_code::going_away, s->close_reason};
+  } else if (ec == websocket::error::closed) {
+    reason = s->guest.reason();  // the browser closed the target's connection: pass its close on
+    if (reason.code == websocket::close_code::none) reason.code = websocket::close_code::normal;
+  } else {
+    reason = {websocket::close_code::internal_error, "lost the connection to the sandbox's browser"};
+  }
+  if (reason.reason.size() > 120) reason.reason.resize(120);
+  boost::system::error_code cec;
+  co_await s->client.async_close(reason, asio::redirect_error(asio::use_awaitable, cec));
+}
+
+void CdpProxy::CloseSandbox(const std::string& sandbox_id, const std::string& reason) {
+  auto it = sessions_.find(sandbox_id);
+  if (it == sessions_.end()) return;
+  for (Session* s : it->second) {
+    if (s->close_reason.empty()) s->close_reason = reason;
+    boost::system::error_code ec;
+    beast::get_lowest_layer(s->guest).socket().close(ec);  // GuestToClient ends and closes the client
+  }
+}
+
+}  // namespace deskbox::cdp_proxy

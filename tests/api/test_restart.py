@@ -1,0 +1,123 @@
+"""deskboxd killed with SIGKILL and started again on the same state directory and jailer: the
+sandboxes whose QEMU still runs are re-adopted and keep working (same QEMU, guest state,
+tokens and keys), the one whose QEMU died meanwhile is reported failed and its slot is cleaned,
+and nothing is left once the deployment stops."""
+
+import os
+import signal
+import time
+import unittest
+
+from harness import ApiTestCase
+
+
+class RestartTest(ApiTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.start_deployment(warm_pool=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop_deployment()
+
+    def new_qemu(self, before, what):
+        after = self.dbx.qemu_processes()
+        new = {pid: slot for pid, slot in after.items() if pid not in before}
+        self.assertEqual(len(new), 1, f"creating {what} should start exactly one QEMU (warm and prestart "
+                                      f"pools are 0): before {before}, after {after}")
+        return after, next(iter(new.items()))
+
+    def test_restart_readopts_running_and_fails_dead(self):
+        dbx = self.dbx
+        before = dbx.qemu_processes()
+        self.assertEqual(before, {}, "no QEMU before the first create")
+        a = self.create_sandbox(metadata={"name": "A"})["id"]
+        before, (pid_a, slot_a) = self.new_qemu(before, "A")
+        b = self.create_sandbox(metadata={"name": "B"})["id"]
+        before, (pid_b, slot_b) = self.new_qemu(before, "B")
+        c = self.create_sandbox(metadata={"name": "C"})["id"]
+        before, (pid_c, slot_c) = self.new_qemu(before, "C")
+        self.assertEqual(len({slot_a, slot_b, slot_c}), 3)
+        self.assertEqual(max(before, key=dbx.process_start_ticks), pid_c, "C's QEMU is the newest")
+
+        self.sh(a, "echo restart-marker > /root/marker && sync")
+        token = self.expect(dbx.post(f"/v1/sandboxes/{a}/tokens", json={"scope": "view"}), 201)["token"]
+        key = self.expect(dbx.post("/v1/keys", json={"name": "before-restart"}), 201)["key"]
+        events_before = len(self.all_events(a))
+
+        dbx.kill9_daemon()
+        os.kill(pid_c, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and pid_c in dbx.qemu_processes():
+            time.sleep(0.1)
+        self.assertNotIn(pid_c, dbx.qemu_processes(), "C's QEMU did not go away after SIGKILL")
+        self.assertEqual(set(dbx.qemu_processes()), {pid_a, pid_b},
+                         "A's and B's QEMUs outlive deskboxd (the jailer owns them)")
+
+        dbx.start_daemon()
+
+        for sid, name in ((a, "A"), (b, "B")):
+            sb = self.get_sandbox(sid)
+            self.assertEqual(sb["state"], "running", f"{name} after the restart: {sb}")
+            self.assertIsNone(sb["failure"], f"{name}: {sb}")
+            self.assertEqual(sb["metadata"], {"name": name}, "the record survived")
+        self.assertEqual(self.sh(a, "cat /root/marker"), "restart-marker\n", "A's guest state survived")
+        self.assertEqual(self.sh(b, "echo alive"), "alive\n")
+        self.assertEqual(set(dbx.qemu_processes()), {pid_a, pid_b},
+                         "A and B kept their QEMU processes (adopted, not restarted)")
+
+        sc = self.get_sandbox(c)
+        self.assertEqual(sc["state"], "failed", f"C, whose QEMU was killed while deskboxd was down: {sc}")
+        self.assertIsInstance(sc["failure"], str, sc)
+        self.assertTrue(sc["failure"].strip(), f"C's failure names why: {sc}")
+        self.assertIsNone(sc["expires_at"], sc)
+        listed = {s["id"]: s["state"] for s in self.expect(dbx.get("/v1/sandboxes"), 200)["sandboxes"]}
+        self.assertEqual(listed, {a: "running", b: "running", c: "failed"})
+        failed = [e for e in self.all_events(c) if e["kind"] == "lifecycle" and e["lifecycle"]["to_state"] == "failed"]
+        self.assertEqual(len(failed), 1, f"one lifecycle failed event for C: {failed}")
+        self.expect_error(dbx.post(f"/v1/sandboxes/{c}/exec", json={"argv": ["true"]}), 409, "invalid_state")
+
+        # C's slot: QEMU gone, slot directory and cgroup removed. Its netns may be re-pooled by
+        # the daemon's network-slot pool, so the netns that remain must hold no VM.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if dbx.slot_dirs() == {slot_a, slot_b} and not dbx.slot_cgroup_exists(slot_c):
+                break
+            time.sleep(0.5)
+        self.assertEqual(dbx.slot_dirs(), {slot_a, slot_b}, "slot directories after recovery")
+        self.assertFalse(dbx.slot_cgroup_exists(slot_c), f"slot {slot_c}'s cgroup is left after recovery")
+        ns = dbx.netns_names()
+        for slot in (slot_a, slot_b):
+            self.assertIn(f"{dbx.netns_prefix}{slot}", ns, "A's and B's network namespaces")
+        occupied = [n for n in ns if dbx.netns_slot(n) in dbx.slot_dirs()
+                    or dbx.slot_cgroup_exists(dbx.netns_slot(n))]
+        self.assertEqual(len(occupied), 2, f"netns holding a VM after recovery: {occupied} (all: {ns})")
+        deadline, pooled = time.monotonic() + 60, None
+        while time.monotonic() < deadline:
+            pooled = dbx.metric_value("deskbox_pool_size", pool="netns")
+            if pooled is not None and dbx.netns_count() == 2 + pooled:
+                break
+            time.sleep(0.5)
+        self.assertIsNotNone(pooled, 'deskbox_pool_size{pool="netns"}')
+        self.assertEqual(dbx.netns_count(), 2 + pooled,
+                         f"netns = A's + B's + the {pooled:g} pooled network slots: {dbx.netns_names()}")
+
+        self.expect(dbx.get(f"/v1/sandboxes/{a}", token=token), 200, "a token issued before the restart")
+        self.expect(dbx.get("/v1/sandboxes", key=key), 200, "a key created before the restart")
+        self.assertGreaterEqual(len(self.all_events(a)), events_before, "A's events from before the restart are kept")
+
+        paused = self.expect(dbx.post(f"/v1/sandboxes/{a}/pause"), 200, "pause an adopted sandbox")
+        self.assertEqual(paused["state"], "paused")
+        resumed = self.expect(dbx.post(f"/v1/sandboxes/{a}/resume"), 200, "resume an adopted sandbox")
+        self.assertEqual(resumed["state"], "running")
+        self.assertEqual(self.sh(a, "cat /root/marker"), "restart-marker\n")
+
+        self.delete_sandbox(b)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and pid_b in dbx.qemu_processes():
+            time.sleep(0.2)
+        self.assertNotIn(pid_b, dbx.qemu_processes(), "deleting an adopted sandbox stops its QEMU")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Runtime.evaluate("1") round trips on one page session: through deskboxd's CDP proxy, and
+directly to the guest's Chromium from inside the sandbox's network namespace (the baseline), in
+the same run, alternating; plus connectOverCDP time from call to ready through the proxy.
+
+  cdp_bench.py [--calls N] [--rounds N]   (default 1000 calls, 3 rounds per side)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+
+from benchlib import Deskbox, pct, wait_quiet
+
+E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e")
+
+
+def node(args, netns=None):
+    cmd = ["node", os.path.join(E2E, "cdp_client.mjs"), *args]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    p = subprocess.run(cmd, cwd=E2E, capture_output=True, text=True, timeout=900)
+    line = [l for l in p.stdout.splitlines() if l.strip()][-1]
+    r = json.loads(line)
+    if not r.get("ok"):
+        raise SystemExit(f"{args[0]}: {r} {p.stderr[-1000:]}")
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    with Deskbox(warm_pool=0) as dbx:
+        sb = dbx.post("/v1/sandboxes", json={"timeout_s": 3600}, timeout=300).json()
+        sid = sb["id"]
+        (slot,) = set(dbx.qemu_processes().values())
+        netns = f"{dbx.netns_prefix}{slot}"
+        token = dbx.post(f"/v1/sandboxes/{sid}/tokens", json={"scope": "cdp"}).json()["token"]
+        version = dbx.get(f"/v1/sandboxes/{sid}/cdp/json/version", key=None, query_token=token).json()
+        browser_id = version["webSocketDebuggerUrl"].split("/devtools/browser/")[1].split("?")[0]
+        proxied = version["webSocketDebuggerUrl"]
+        direct = f"ws://10.88.0.2:9222/devtools/browser/{browser_id}"
+        proxy_p50, direct_p50 = [], []
+        for rnd in range(args.rounds):
+            wait_quiet()
+            d = node(["bench", direct, str(args.calls)], netns=netns)
+            wait_quiet()
+            p = node(["bench", proxied, str(args.calls)])
+            direct_p50.append(d["p50"])
+            proxy_p50.append(p["p50"])
+            print(f"round {rnd + 1}: direct p50 {d['p50']:.3f} ms p90 {d['p90']:.3f} | "
+                  f"proxy p50 {p['p50']:.3f} ms p90 {p['p90']:.3f}", flush=True)
+        connects = []
+        for _ in range(3):
+            wait_quiet()
+            r = node(["playwright", f"{dbx.url}/v1/sandboxes/{sid}/cdp", f"Bearer {token}"])
+            connects.append(r["connectMs"])
+        dp, pp = pct(direct_p50, 0.5), pct(proxy_p50, 0.5)
+        print()
+        print(f"Runtime.evaluate(\"1\"), {args.calls} calls per run, {args.rounds} runs per side")
+        print(f"  direct from the netns (baseline) p50 {dp:.3f} ms")
+        print(f"  through deskboxd                 p50 {pp:.3f} ms")
+        print(f"  ratio proxy / direct             {pp / dp:.3f}x   (target: <= 1.1x)")
+        print(f"connectOverCDP through deskboxd, call to ready: p50 {pct(connects, 0.5):.0f} ms ({connects})")
+        dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
+
+
+if __name__ == "__main__":
+    main()
