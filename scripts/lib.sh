@@ -37,3 +37,16 @@ build_artifacts() {
   "$BUILD_DIR/bin/deskbox-template" --cache-dir "$CACHE_DIR" --image "$(basename "$image")" \
       --screen "${DESKBOX_SCREEN:-1280x800}"
 }
+
+# Installs the npm packages of the browser-side test clients (tests/e2e) when their lock file
+# changed since the last install.
+npm_packages() {
+  local dir="$DESKBOX_ROOT/tests/e2e"
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "node and npm are needed for the CDP tests (the machine's Node.js 20)" >&2; return 1
+  fi
+  if [ -f "$dir/node_modules/.package-lock.json" ] && [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ]; then
+    echo "npm packages up to date" >&2; return 0
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}

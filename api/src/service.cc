@@ -1353,11 +1353,13 @@ asio::awaitable<HttpResponse> ApiService::CdpClose(Call& c) {
 HttpResponse ApiService::CdpWebSocket(Call& c, std::string guest_path) {
   HttpResponse r;
   r.status = 101;
-  std::string id = c.id;
+  std::string id = c.id, request_id = c.request_id;
   recorder::v1::Actor actor = ActorOf(c);
-  r.upgrade = [this, id, guest_path, actor](boost::beast::tcp_stream stream,
-                                            boost::beast::http::request<boost::beast::http::buffer_body> req)
-      -> asio::awaitable<void> { co_await cdp_.Run(std::move(stream), std::move(req), id, guest_path, actor); };
+  r.upgrade = [this, id, guest_path, actor, request_id](boost::beast::tcp_stream stream,
+                                                        boost::beast::http::request<boost::beast::http::buffer_body> req)
+      -> asio::awaitable<void> {
+    co_await cdp_.Run(std::move(stream), std::move(req), id, guest_path, actor, request_id);
+  };
   return r;
 }
 

@@ -91,11 +91,13 @@ asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp
 }
 
 asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http::buffer_body> request,
-                                    std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor) {
+                                    std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor,
+                                    std::string request_id) {
   auto http_error = [&](unsigned status, std::string code, std::string message) -> asio::awaitable<void> {
     http::response<http::string_body> res{static_cast<http::status>(status), request.version()};
     res.set(http::field::content_type, "application/json");
     res.set(http::field::cache_control, "no-store");
+    res.set("X-Request-Id", request_id);
     res.keep_alive(false);
     nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
     res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -117,6 +119,7 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
     co_return;
   }
   Ws guest(beast::tcp_stream(std::move(*sock)));
+  beast::get_lowest_layer(guest).expires_never();
   guest.read_message_max(options_.max_message_bytes);
   websocket::stream_base::timeout guest_timeouts{options_.guest_timeout, websocket::stream_base::none(), false};
   guest.set_option(guest_timeouts);
@@ -131,11 +134,16 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
   }
   // The guest side may stay silent for as long as the client wants.
   guest.set_option(websocket::stream_base::timeout{options_.guest_timeout, websocket::stream_base::none(), false});
+  // The HTTP server's read deadline is still armed on this stream: the WebSocket keeps its own
+  // timeouts (handshake, idle pings), so the stream's must go.
+  stream.expires_never();
   Ws client(std::move(stream));
   client.read_message_max(options_.max_message_bytes);
   client.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-  client.set_option(websocket::stream_base::decorator([](websocket::response_type& r) {
+  client.set_option(websocket::stream_base::decorator([request_id](websocket::response_type& r) {
     r.set(http::field::server, "deskbox");
+    r.set("X-Request-Id", request_id);
+    r.set(http::field::cache_control, "no-store");
   }));
   co_await client.async_accept(request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {

@@ -276,18 +276,41 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   // Chromium's processes restored from the snapshot share user-space random state across
   // clones; the guest script restarts the ones that hand randomness to pages and to TLS
   // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
+  auto t0 = std::chrono::steady_clock::now();
+  auto old_pages = co_await GuestPageIds(sb.slot, 10s);
   agent::v1::Request req;
   req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
   req.mutable_exec()->set_timeout_s(30);
-  auto t0 = std::chrono::steady_clock::now();
   auto r = co_await sb.agent->Call(std::move(req), 40s);
-  log::Debug(kLog, "slot {}: refresh-browser took {:.0f} ms", sb.slot,
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
   if (r->exec().exit_code() != 0)
     co_return std::unexpected(VmError{VmError::Code::kGuest,
                                       fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
                                                   r->exec().stderr().substr(0, 200))});
+  auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
+  if (!ready) co_return ready;
+  // The script replaces the crashed pages in the background; wait until the old ones are gone
+  // and a new one is there.
+  auto deadline = std::chrono::steady_clock::now() + config_.ready_timeout;
+  std::string last;
+  for (;;) {
+    auto now_pages = co_await GuestPageIds(sb.slot, 5s);
+    if (now_pages && !now_pages->empty()) {
+      bool any_old = false;
+      if (old_pages)
+        for (const auto& id : *now_pages) any_old = any_old || old_pages->count(id) > 0;
+      if (!any_old) break;
+      last = "old pages still open";
+    } else {
+      last = now_pages ? "no page yet" : now_pages.error().message;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      co_return std::unexpected(VmError{VmError::Code::kTimeout,
+                                        fmt::format("slot {}: the browser did not replace its pages: {}", sb.slot, last)});
+    co_await Sleep(50ms);
+  }
+  log::Debug(kLog, "slot {}: browser refreshed in {:.0f} ms", sb.slot,
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   co_return std::expected<void, VmError>{};
 }
 
@@ -388,6 +411,39 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
                                     fmt::format("guest services not ready in slot {}: {}", slot, last_error)});
 }
 
+asio::awaitable<std::expected<std::set<std::string>, VmError>> SandboxManager::GuestPageIds(
+    uint32_t slot, std::chrono::milliseconds timeout) {
+  auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
+  if (!s) co_return std::unexpected(s.error());
+  std::string req = "GET /json/list HTTP/1.1\r\nHost: 10.88.0.2:9222\r\n\r\n";
+  boost::system::error_code ec;
+  co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + ec.message()});
+  // Chromium keeps the connection open: the answer ends where its Content-Length says.
+  auto complete = [](const std::string& b) {
+    auto head_end = b.find("\r\n\r\n");
+    if (head_end == std::string::npos) return false;
+    auto cl = b.find("Content-Length:");
+    if (cl == std::string::npos || cl > head_end) return false;
+    size_t n = std::strtoul(b.c_str() + cl + 15, nullptr, 10);
+    return b.size() >= head_end + 4 + n;
+  };
+  auto answer = co_await ReadUntil(*s, 1 << 20, timeout, complete);
+  if (!answer) co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + answer.error()});
+  if (!answer->starts_with("HTTP/1.1 200"))
+    co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + answer->substr(0, 40)});
+  json list = json::parse(answer->substr(answer->find("\r\n\r\n") + 4), nullptr, false);
+  std::set<std::string> ids;
+  if (list.is_array())
+    for (const auto& t : list)
+      if (t.is_object()) {
+        auto type = t.find("type"), id = t.find("id");
+        if (type != t.end() && id != t.end() && type->is_string() && id->is_string() && *type == "page")
+          ids.insert(id->get<std::string>());
+      }
+  co_return ids;
+}
+
 void SandboxManager::WatchQemu(const std::shared_ptr<Sandbox>& sb) {
   std::weak_ptr<Sandbox> weak = sb;
   auto alive = alive_;
@@ -474,8 +530,6 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   if (path != CreatePath::kWarm) {
     auto fresh = co_await RefreshBrowser(*sb);
     if (!fresh) co_return co_await fail(fresh.error());
-    auto ready = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
-    if (!ready) co_return co_await fail(ready.error());
   }
   if (sb->state != SandboxState::kCreating)
     co_return std::unexpected(VmError{VmError::Code::kQemu, "sandbox failed while starting: " + sb->failure});
@@ -569,7 +623,6 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
         auto r = co_await Restore(*sb);
         if (r && *alive) r = co_await HandOut(*sb);
         if (r && *alive) r = co_await RefreshBrowser(*sb);
-        if (r && *alive) r = co_await WaitGuestServices(sb->slot, config_.ready_timeout);
         if (!*alive) co_return;  // the manager is gone; its jailer client too
         if (r && !shutting_down_) {
           warm_.push_back(sb);

@@ -67,9 +67,11 @@ class CdpProxy {
   // Takes over an HTTP connection whose request asks for a WebSocket upgrade, opens the guest
   // side (`guest_path` is /devtools/browser/<id> or /devtools/page/<id>), then relays until either
   // side ends. If the guest cannot be reached the client gets an HTTP error instead of a 101.
+  // `request_id` goes into the X-Request-Id header of the 101 or the error.
   boost::asio::awaitable<void> Run(boost::beast::tcp_stream stream,
                                    boost::beast::http::request<boost::beast::http::buffer_body> request,
-                                   std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor);
+                                   std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor,
+                                   std::string request_id);
 
   // Ends every session of the sandbox with a close frame (1001 "going away") carrying `reason`.
   void CloseSandbox(const std::string& sandbox_id, const std::string& reason);

@@ -137,7 +137,13 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
+  // Restarts the browser processes that hold snapshot-shared random state, then waits until
+  // the guest answers RFB and CDP and the browser has replaced its crashed pages (a client
+  // connecting earlier would race the replacement).
   boost::asio::awaitable<std::expected<void, VmError>> RefreshBrowser(Sandbox& sb);
+  // Ids of the guest browser's page targets (from /json/list), through the sandbox's netns.
+  boost::asio::awaitable<std::expected<std::set<std::string>, VmError>> GuestPageIds(
+      uint32_t slot, std::chrono::milliseconds timeout);
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
   boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
