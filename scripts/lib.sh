@@ -31,11 +31,27 @@ build() {
 # Builds the guest image and the template if their cache keys are missing; prints the
 # template's directory name (under $CACHE_DIR/templates) on stdout.
 build_artifacts() {
-  local image
+  local image template
   image=$("$DESKBOX_ROOT/desktop-images/image/build-image" --agent "$BUILD_DIR/desktop-images/deskbox-agent" \
             --cache-dir "$CACHE_DIR")
-  "$BUILD_DIR/bin/deskbox-template" --cache-dir "$CACHE_DIR" --image "$(basename "$image")" \
-      --screen "${DESKBOX_SCREEN:-1280x800}"
+  template=$("$BUILD_DIR/bin/deskbox-template" --cache-dir "$CACHE_DIR" --image "$(basename "$image")" \
+      --screen "${DESKBOX_SCREEN:-1280x800}")
+  prune_cache "$(basename "$image")" "$template"
+  echo "$template"
+}
+
+# prune_cache IMAGE TEMPLATE: removes other images and templates from the cache once they are a
+# day old and no process (a QEMU restoring or running from them) names them on its command line.
+prune_cache() {
+  local keep_image="$1" keep_template="$2" dir
+  for dir in "$CACHE_DIR"/images/* "$CACHE_DIR"/templates/*; do
+    [ -d "$dir" ] || continue
+    case "$(basename "$dir")" in "$keep_image" | "$keep_template" | .*) continue ;; esac
+    [ -n "$(find "$dir" -maxdepth 0 -mtime +1)" ] || continue
+    if grep -qsF "$dir" /proc/[0-9]*/cmdline; then continue; fi
+    echo "cache: removing $dir (superseded)" >&2
+    rm -rf "$dir"
+  done
 }
 
 # Installs the npm packages of the browser-side test clients (tests/e2e) when their lock file

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
@@ -15,6 +16,7 @@
 #include "api/json_input.h"
 #include "common/log.h"
 #include "recorder/event_json.h"
+#include "vnc_bridge/rfb_snapshot.h"
 
 namespace deskbox::api {
 
@@ -111,6 +113,20 @@ std::optional<std::string> CheckGuestPath(const std::string& p) {
   }
   if (p.back() == '/') return "path names a directory";
   return std::nullopt;
+}
+
+// The "metadata" field: string → string, at most 64 keys of 1..64 bytes, values ≤ 1024 bytes.
+std::optional<json> ReadMetadata(ObjectReader& in) {
+  const json* m = in.Object("metadata");
+  if (!m) return std::nullopt;
+  if (m->size() > 64) in.Fail("metadata has more than 64 keys");
+  for (auto it = m->begin(); it != m->end() && in.ok(); ++it) {
+    if (it.key().empty() || it.key().size() > 64) in.Fail("metadata keys must be 1 to 64 bytes long");
+    else if (!it->is_string()) in.Fail(fmt::format("metadata.{} must be a string", it.key()));
+    else if (it->get_ref<const std::string&>().size() > 1024)
+      in.Fail(fmt::format("metadata.{} is longer than 1024 bytes", it.key()));
+  }
+  return *m;
 }
 
 std::string StateName(SandboxState s) { return std::string(vmhost::ToString(s)); }
@@ -542,16 +558,7 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   }
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
   auto on_timeout = in.Enum("on_timeout", {"pause", "stop"});
-  json metadata = json::object();
-  if (const json* m = in.Object("metadata")) {
-    if (m->size() > 64) in.Fail("metadata has more than 64 keys");
-    for (auto it = m->begin(); it != m->end() && in.ok(); ++it) {
-      if (it.key().empty() || it.key().size() > 64) in.Fail("metadata keys must be 1 to 64 bytes long");
-      else if (!it->is_string()) in.Fail(fmt::format("metadata.{} must be a string", it.key()));
-      else if (it->get_ref<const std::string&>().size() > 1024) in.Fail(fmt::format("metadata.{} is longer than 1024 bytes", it.key()));
-    }
-    metadata = *m;
-  }
+  json metadata = ReadMetadata(in).value_or(json::object());
   std::string egress;
   if (const json* e = in.Any("egress")) {
     if (!e->is_object()) in.Fail("egress must be an object");
@@ -655,16 +662,7 @@ asio::awaitable<HttpResponse> ApiService::PatchSandbox(Call& c) {
   if (!body) co_return body.error();
   ObjectReader in(*body);
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
-  std::optional<json> metadata;
-  if (const json* m = in.Object("metadata")) {
-    if (m->size() > 64) in.Fail("metadata has more than 64 keys");
-    for (auto it = m->begin(); it != m->end() && in.ok(); ++it) {
-      if (it.key().empty() || it.key().size() > 64) in.Fail("metadata keys must be 1 to 64 bytes long");
-      else if (!it->is_string()) in.Fail(fmt::format("metadata.{} must be a string", it.key()));
-      else if (it->get_ref<const std::string&>().size() > 1024) in.Fail(fmt::format("metadata.{} is longer than 1024 bytes", it.key()));
-    }
-    metadata = *m;
-  }
+  std::optional<json> metadata = ReadMetadata(in);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   SandboxRecord& rec = **r;
   if (rec.state == "stopped" || rec.state == "failed")
@@ -1245,6 +1243,73 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Screenshots (vnc-bridge): one RFB session to the guest's Xvnc per request.
+
+asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
+  std::string format = "png";
+  int quality = 80;
+  for (const auto& [k, v] : c.ex.query()) {
+    if (k == "format") {
+      if (v != "png" && v != "jpeg") co_return Error(400, "invalid_request", fmt::format("format must be png or jpeg (got '{}')", v));
+      format = v;
+    } else if (k == "quality") {
+      if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
+          std::stoi(v) > 100)
+        co_return Error(400, "invalid_request", "quality must be between 1 and 100");
+      quality = std::stoi(v);
+    } else {
+      co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
+    }
+  }
+  auto rec = FindRecord(c.id);
+  if (!rec) co_return rec.error();
+  if ((*rec)->state != "running")
+    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; it must be running", c.id, (*rec)->state));
+  auto sb = manager_.Find(c.id);
+  if (!sb) co_return Error(409, "invalid_state", fmt::format("sandbox {} is not running", c.id));
+  auto sock = co_await manager_.ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
+  if (!sock) co_return Error(502, "guest_error", "cannot reach the sandbox's screen: " + sock.error().message);
+  asio::steady_timer deadline(executor_);
+  deadline.expires_after(20s);
+  bool timed_out = false;
+  deadline.async_wait([&](boost::system::error_code ec) {
+    if (ec) return;
+    timed_out = true;
+    boost::system::error_code ignored;
+    sock->close(ignored);
+  });
+  vnc_bridge::RfbSnapshotClient rfb;
+  std::vector<uint8_t> buf(64 * 1024);
+  std::string failure;
+  while (!rfb.done()) {
+    boost::system::error_code ec;
+    size_t n = co_await sock->async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+    if (auto r = rfb.Feed(std::span<const uint8_t>(buf.data(), n)); !r) {
+      failure = r.error();
+      break;
+    }
+    std::string out = rfb.TakeOutput();
+    if (!out.empty()) co_await asio::async_write(*sock, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec && !rfb.done()) {
+      failure = timed_out ? "the screen did not answer within 20 s" : "the screen's connection: " + ec.message();
+      break;
+    }
+  }
+  deadline.cancel();
+  boost::system::error_code ignored;
+  sock->close(ignored);
+  if (!failure.empty()) co_return Error(timed_out ? 504 : 502, timed_out ? "guest_timeout" : "guest_error", failure);
+  auto image = format == "png" ? vnc_bridge::EncodePng(rfb.image()) : vnc_bridge::EncodeJpeg(rfb.image(), quality);
+  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error());
+  HttpResponse r;
+  r.content_type = format == "png" ? "image/png" : "image/jpeg";
+  r.body = std::move(*image);
+  r.headers.emplace_back("X-Screen-Width", std::to_string(rfb.image().width));
+  r.headers.emplace_back("X-Screen-Height", std::to_string(rfb.image().height));
+  co_return r;
+}
+
+// ---------------------------------------------------------------------------------------------
 // CDP (cdp-proxy): /json/* and the DevTools WebSockets of the sandbox's Chromium
 
 asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdp(const std::string& sandbox_id) {
@@ -1326,28 +1391,25 @@ asio::awaitable<HttpResponse> ApiService::CdpNew(Call& c) {
   co_return Json(200, *v);
 }
 
-asio::awaitable<HttpResponse> ApiService::CdpActivate(Call& c) {
+// /json/activate/{target} and /json/close/{target}: the guest answers in plain text.
+asio::awaitable<HttpResponse> ApiService::CdpTargetAction(Call& c, std::string action, std::string answer) {
   if (!cdp_proxy::IsValidTargetId(c.target)) co_return Error(404, "not_found", "no such target");
-  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/activate/" + c.target);
+  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/" + action + "/" + c.target);
   if (!a) co_return a.error();
   if (a->status == 404) co_return Error(404, "not_found", fmt::format("no target {}", c.target));
   if (a->status != 200) co_return Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status));
   HttpResponse r;
   r.content_type = "text/plain; charset=utf-8";
-  r.body = "Target activated";
+  r.body = std::move(answer);
   co_return r;
 }
 
+asio::awaitable<HttpResponse> ApiService::CdpActivate(Call& c) {
+  co_return co_await CdpTargetAction(c, "activate", "Target activated");
+}
+
 asio::awaitable<HttpResponse> ApiService::CdpClose(Call& c) {
-  if (!cdp_proxy::IsValidTargetId(c.target)) co_return Error(404, "not_found", "no such target");
-  auto a = co_await CdpGuestJson(c, boost::beast::http::verb::get, "/json/close/" + c.target);
-  if (!a) co_return a.error();
-  if (a->status == 404) co_return Error(404, "not_found", fmt::format("no target {}", c.target));
-  if (a->status != 200) co_return Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status));
-  HttpResponse r;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body = "Target is closing";
-  co_return r;
+  co_return co_await CdpTargetAction(c, "close", "Target is closing");
 }
 
 HttpResponse ApiService::CdpWebSocket(Call& c, std::string guest_path) {
@@ -1471,6 +1533,7 @@ const std::vector<ApiService::Route>& ApiService::Routes() {
       {verb::get, "/v1/sandboxes/{id}/clipboard", {S::kControl}, false, false, &A::GetClipboard},
       {verb::put, "/v1/sandboxes/{id}/clipboard", {S::kControl}, false, false, &A::PutClipboard},
       {verb::get, "/v1/sandboxes/{id}/events", {S::kView, S::kControl}, false, false, &A::GetEvents},
+      {verb::get, "/v1/sandboxes/{id}/screenshot", {S::kView, S::kControl}, false, false, &A::Screenshot},
       {verb::post, "/v1/sandboxes/{id}/tokens", {}, false, false, &A::CreateToken},
       {verb::get, "/v1/sandboxes/{id}/tokens", {}, false, false, &A::ListTokens},
       {verb::delete_, "/v1/tokens/{id}", {}, false, false, &A::DeleteToken},

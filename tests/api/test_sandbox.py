@@ -15,9 +15,11 @@ import secrets
 import select
 import shutil
 import socket
+import struct
 import time
 import unittest
 import urllib.parse
+import zlib
 
 import requests
 from requests.structures import CaseInsensitiveDict
@@ -68,6 +70,15 @@ def last_record_payload(data):
     if last is None:
         raise AssertionError("the event log has no complete record")
     return last
+
+
+def png_chunks(data):
+    """(type, payload) of each chunk of a PNG file."""
+    pos = 8
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        yield kind, data[pos + 8:pos + 8 + length]
+        pos += 12 + length
 
 
 class SandboxTest(ApiTestCase):
@@ -433,6 +444,28 @@ class SandboxTest(ApiTestCase):
                     break
                 time.sleep(1)
             self.assertIn("1024x768 pixels", out, "the guest's X screen")
+            # The screenshot has the new size and, once Chromium has repainted at it, shows its
+            # window (many colours, not just the desktop background and the pointer).
+            deadline, colours = time.monotonic() + 30, 0
+            while time.monotonic() < deadline:
+                r = self.dbx.get(f"/v1/sandboxes/{sb['id']}/screenshot")
+                self.assertEqual(r.status_code, 200, describe(r))
+                self.assertEqual(r.headers["Content-Type"], "image/png")
+                self.assertEqual(struct.unpack(">II", r.content[16:24]), (1024, 768), "PNG size")
+                self.assertEqual((r.headers["X-Screen-Width"], r.headers["X-Screen-Height"]), ("1024", "768"))
+                raw = zlib.decompress(b"".join(chunk for kind, chunk in png_chunks(r.content) if kind == b"IDAT"))
+                stride = 1 + 1024 * 3
+                self.assertEqual(len(raw), 768 * stride, "raw RGB rows, one filter byte each")
+                colours = len({raw[y * stride + 1 + x * 3:y * stride + 4 + x * 3]
+                               for y in range(0, 768, 4) for x in range(0, 1024, 2)})
+                if colours >= 100:
+                    break
+                time.sleep(1)
+            self.assertGreaterEqual(colours, 100, "the screenshot shows the browser window")
+            j = self.dbx.get(f"/v1/sandboxes/{sb['id']}/screenshot", params={"format": "jpeg", "quality": 50})
+            self.assertEqual((j.status_code, j.content[:2]), (200, b"\xff\xd8"), describe(j))
+            self.expect_error(self.dbx.get(f"/v1/sandboxes/{sb['id']}/screenshot", params={"format": "gif"}),
+                              400, "invalid_request", ["format"])
         finally:
             self.delete_sandbox(sb["id"])
 

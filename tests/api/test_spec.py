@@ -509,6 +509,20 @@ def run_read_file(ctx, cred):
     return [r]
 
 
+def run_screenshot(ctx, cred):
+    out = []
+    for fmt, magic, ctype in (("png", b"\x89PNG\r\n\x1a\n", "image/png"), ("jpeg", b"\xff\xd8", "image/jpeg")):
+        r = ctx.call("getScreenshot", cred, params={"format": fmt})
+        if r.status_code == 200:
+            ctx.test.assertTrue(r.content.startswith(magic), f"getScreenshot {fmt}: not a {fmt} image")
+            ctx.test.assertEqual(r.headers.get("Content-Type"), ctype)
+            if fmt == "png":
+                w, h = struct.unpack(">II", r.content[16:24])
+                ctx.test.assertEqual((w, h), (int(r.headers["X-Screen-Width"]), int(r.headers["X-Screen-Height"])))
+        out.append(r)
+    return out
+
+
 def run_set_clipboard(ctx, cred):
     return [ctx.call("setClipboard", cred, json_body={"text": "spec clipboard"}, record=True)]
 
@@ -762,6 +776,8 @@ CASES = {
                      lambda c: {"params": {"path": SPEC_FILE_PATH}}, run_read_file),
     "getClipboard": Case("GET", "/v1/sandboxes/{id}/clipboard", ["control"], "sandbox", probe_none,
                          run_get_clipboard),
+    "getScreenshot": Case("GET", "/v1/sandboxes/{id}/screenshot", ["view", "control"], "sandbox", probe_none,
+                          run_screenshot),
     "setClipboard": Case("PUT", "/v1/sandboxes/{id}/clipboard", ["control"], "sandbox",
                          lambda c: {"json_body": {"text": "probe"}}, run_set_clipboard),
     "listEvents": Case("GET", "/v1/sandboxes/{id}/events", ["view", "control"], "sandbox", probe_none,

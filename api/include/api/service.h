@@ -75,6 +75,7 @@ class ApiService : private cdp_proxy::GuestDialer {
   Reply GetClipboard(Call& c);
   Reply PutClipboard(Call& c);
   Reply GetEvents(Call& c);
+  Reply Screenshot(Call& c);
   Reply CreateToken(Call& c);
   Reply ListTokens(Call& c);
   Reply DeleteToken(Call& c);
@@ -87,6 +88,7 @@ class ApiService : private cdp_proxy::GuestDialer {
   Reply CdpNew(Call& c);
   Reply CdpActivate(Call& c);
   Reply CdpClose(Call& c);
+  Reply CdpTargetAction(Call& c, std::string action, std::string answer);
   Reply CdpBrowser(Call& c);
   Reply CdpPage(Call& c);
   boost::asio::awaitable<std::expected<GuestHttpAnswerJson, HttpResponse>> CdpGuestJson(Call& c, boost::beast::http::verb m,
