@@ -260,6 +260,18 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& s
   // The template was saved stopped, so the guest waits for us.
   auto cont = co_await sb.qmp->Execute("cont");
   if (!cont) co_return std::unexpected(VmError{VmError::Code::kQemu, "cont: " + cont.error().message});
+  // The guest agent may reopen its port once it runs again (the restored port state says the
+  // host was connected before the snapshot); a request sent meanwhile is lost. Ping until it
+  // answers, with short tries, so that hand-out's requests are not the lost ones.
+  auto deadline = std::chrono::steady_clock::now() + config_.ready_timeout;
+  for (;;) {
+    agent::v1::Request ping;
+    ping.mutable_ping();
+    auto pong = co_await sb.agent->Call(std::move(ping), 2s);
+    if (pong) break;
+    if (pong.error().code != AgentError::Code::kTimeout || std::chrono::steady_clock::now() > deadline)
+      co_return std::unexpected(VmError{VmError::Code::kAgent, "guest agent after restore: " + pong.error().message});
+  }
   co_return std::expected<void, VmError>{};
 }
 
