@@ -180,6 +180,11 @@ class StreamChunkWriter final : public ChunkWriter {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) failed_ = true;
     return failed_;
   }
+  void Abort() override {
+    failed_ = true;
+    boost::system::error_code ec;
+    s_.socket().close(ec);
+  }
   asio::awaitable<void> Finish() {
     if (failed_) co_return;
     boost::system::error_code ec;

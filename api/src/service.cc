@@ -997,7 +997,7 @@ asio::awaitable<HttpResponse> ApiService::GetFile(Call& c) {
     events_.Emit(std::move(ev));
     // A failure after the head was sent can only be told by ending the body early: the
     // chunked stream then lacks its last chunk, which the client sees as an error.
-    if (!error.empty()) throw boost::system::system_error(asio::error::connection_aborted);
+    if (!error.empty()) w.Abort();
   };
   co_return res;
 }
@@ -1085,14 +1085,15 @@ asio::awaitable<HttpResponse> ApiService::GetEvents(Call& c) {
     explicit Queue(asio::any_io_executor ex) : wake(ex) {}
   };
   auto q = std::make_shared<Queue>(executor_);
-  uint64_t sub = events_.Subscribe(c.id, executor_, [q](const recorder::Event& e) {
-    if (q->events.size() < 4096) q->events.push_back(e);
-    q->wake.cancel();
-  });
   HttpResponse res;
   res.content_type = "application/x-ndjson";
   std::string id = c.id;
-  res.stream = [this, q, sub, since, path, id](ChunkWriter& w) -> asio::awaitable<void> {
+  res.stream = [this, q, since, path, id](ChunkWriter& w) -> asio::awaitable<void> {
+    // Subscribed here, once the head is out, so that a client gone before then leaves nothing.
+    uint64_t sub = events_.Subscribe(id, executor_, [q](const recorder::Event& e) {
+      if (q->events.size() < 4096) q->events.push_back(e);
+      q->wake.cancel();
+    });
     uint64_t last = since;
     auto read_file = [&]() -> asio::awaitable<bool> {
       co_await FlushEvents();

@@ -289,37 +289,47 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   // clones; the guest script restarts the ones that hand randomness to pages and to TLS
   // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
   auto t0 = std::chrono::steady_clock::now();
-  auto old_pages = co_await GuestPageIds(sb.slot, 10s);
-  agent::v1::Request req;
-  req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
-  req.mutable_exec()->set_timeout_s(30);
-  auto r = co_await sb.agent->Call(std::move(req), 40s);
-  if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
-  if (r->exec().exit_code() != 0)
-    co_return std::unexpected(VmError{VmError::Code::kGuest,
-                                      fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
-                                                  r->exec().stderr().substr(0, 200))});
-  auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
-  if (!ready) co_return ready;
-  // The script replaces the crashed pages in the background; wait until the old ones are gone
-  // and a new one is there.
-  auto deadline = std::chrono::steady_clock::now() + config_.ready_timeout;
+  auto deadline = t0 + config_.ready_timeout;
   std::string last;
-  for (;;) {
-    auto now_pages = co_await GuestPageIds(sb.slot, 5s);
-    if (now_pages && !now_pages->empty()) {
-      bool any_old = false;
-      if (old_pages)
-        for (const auto& id : *now_pages) any_old = any_old || old_pages->count(id) > 0;
-      if (!any_old) break;
-      last = "old pages still open";
-    } else {
-      last = now_pages ? "no page yet" : now_pages.error().message;
+  // The script replaces the crashed pages in the background. Under load a replacement page can
+  // stay empty (its first navigation never commits); then the script runs again, which replaces
+  // that page too. At most three rounds, all within ready_timeout.
+  for (int round = 1;; ++round) {
+    auto old_pages = co_await GuestPageIds(sb.slot, 10s);
+    agent::v1::Request req;
+    req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
+    req.mutable_exec()->set_timeout_s(30);
+    auto r = co_await sb.agent->Call(std::move(req), 40s);
+    if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
+    if (r->exec().exit_code() != 0)
+      co_return std::unexpected(VmError{VmError::Code::kGuest,
+                                        fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
+                                                    r->exec().stderr().substr(0, 200))});
+    auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
+    if (!ready) co_return ready;
+    // Done when the old pages are gone and every page has loaded something.
+    auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    bool fresh = false;
+    while (!fresh && std::chrono::steady_clock::now() < round_end) {
+      auto pages = co_await GuestPageIds(sb.slot, 5s);
+      if (pages && !pages->empty()) {
+        bool any_old = false, any_empty = false;
+        for (const auto& [id, url] : *pages) {
+          any_old = any_old || (old_pages && old_pages->count(id) > 0);
+          any_empty = any_empty || url.empty();
+        }
+        fresh = !any_old && !any_empty;
+        last = any_old ? "old pages still open" : "a new page has not loaded";
+      } else {
+        last = pages ? "no page yet" : pages.error().message;
+      }
+      if (!fresh) co_await Sleep(50ms);
     }
-    if (std::chrono::steady_clock::now() > deadline)
+    if (fresh) break;
+    if (round >= 3 || std::chrono::steady_clock::now() >= deadline)
       co_return std::unexpected(VmError{VmError::Code::kTimeout,
                                         fmt::format("slot {}: the browser did not replace its pages: {}", sb.slot, last)});
-    co_await Sleep(50ms);
+    log::Warn(kLog, "slot {}: refreshing the browser again ({})", sb.slot, last);
   }
   log::Debug(kLog, "slot {}: browser refreshed in {:.0f} ms", sb.slot,
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
@@ -423,7 +433,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
                                     fmt::format("guest services not ready in slot {}: {}", slot, last_error)});
 }
 
-asio::awaitable<std::expected<std::set<std::string>, VmError>> SandboxManager::GuestPageIds(
+asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> SandboxManager::GuestPageIds(
     uint32_t slot, std::chrono::milliseconds timeout) {
   auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
   if (!s) co_return std::unexpected(s.error());
@@ -445,15 +455,15 @@ asio::awaitable<std::expected<std::set<std::string>, VmError>> SandboxManager::G
   if (!answer->starts_with("HTTP/1.1 200"))
     co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + answer->substr(0, 40)});
   json list = json::parse(answer->substr(answer->find("\r\n\r\n") + 4), nullptr, false);
-  std::set<std::string> ids;
+  std::map<std::string, std::string> pages;
   if (list.is_array())
     for (const auto& t : list)
       if (t.is_object()) {
-        auto type = t.find("type"), id = t.find("id");
+        auto type = t.find("type"), id = t.find("id"), url = t.find("url");
         if (type != t.end() && id != t.end() && type->is_string() && id->is_string() && *type == "page")
-          ids.insert(id->get<std::string>());
+          pages[id->get<std::string>()] = url != t.end() && url->is_string() ? url->get<std::string>() : "";
       }
-  co_return ids;
+  co_return pages;
 }
 
 void SandboxManager::WatchQemu(const std::shared_ptr<Sandbox>& sb) {

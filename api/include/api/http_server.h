@@ -34,6 +34,9 @@ class ChunkWriter {
   virtual boost::asio::awaitable<bool> Write(std::string_view data) = 0;  // false: client gone
   // True once the client has closed its side (checked without blocking).
   virtual bool ClientGone() = 0;
+  // Ends the response without its last chunk and closes the connection: how a body that fails
+  // after the head was sent is reported (the client sees an incomplete chunked body).
+  virtual void Abort() = 0;
 };
 
 struct HttpResponse {

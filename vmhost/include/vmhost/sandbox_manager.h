@@ -141,8 +141,8 @@ class SandboxManager {
   // the guest answers RFB and CDP and the browser has replaced its crashed pages (a client
   // connecting earlier would race the replacement).
   boost::asio::awaitable<std::expected<void, VmError>> RefreshBrowser(Sandbox& sb);
-  // Ids of the guest browser's page targets (from /json/list), through the sandbox's netns.
-  boost::asio::awaitable<std::expected<std::set<std::string>, VmError>> GuestPageIds(
+  // The guest browser's page targets (id → url, from /json/list), through the sandbox's netns.
+  boost::asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> GuestPageIds(
       uint32_t slot, std::chrono::milliseconds timeout);
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
