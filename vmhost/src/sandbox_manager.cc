@@ -261,26 +261,43 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& s
   auto cont = co_await sb.qmp->Execute("cont");
   if (!cont) co_return std::unexpected(VmError{VmError::Code::kQemu, "cont: " + cont.error().message});
   // The guest agent may reopen its port once it runs again (the restored port state says the
-  // host was connected before the snapshot); a request sent meanwhile is lost. Ping until it
-  // answers, with short tries, so that hand-out's requests are not the lost ones.
-  auto deadline = std::chrono::steady_clock::now() + config_.ready_timeout;
+  // host was connected before the snapshot); a request sent meanwhile is lost.
+  co_return co_await PingAgent(sb, config_.ready_timeout);
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::PingAgent(Sandbox& sb, std::chrono::milliseconds timeout) {
+  // Short tries until one is answered: a request the agent dropped (it reopened its port) costs
+  // two seconds, not the whole timeout.
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     agent::v1::Request ping;
     ping.mutable_ping();
     auto pong = co_await sb.agent->Call(std::move(ping), 2s);
-    if (pong) break;
+    if (pong) co_return std::expected<void, VmError>{};
     if (pong.error().code != AgentError::Code::kTimeout || std::chrono::steady_clock::now() > deadline)
-      co_return std::unexpected(VmError{VmError::Code::kAgent, "guest agent after restore: " + pong.error().message});
+      co_return std::unexpected(VmError{VmError::Code::kAgent, "guest agent: " + pong.error().message});
   }
-  co_return std::expected<void, VmError>{};
 }
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& sb) {
-  // The clock in the snapshot is stale and every clone starts from the same RNG state.
-  auto clock = co_await sb.agent->SetClockNow(10s);
-  if (!clock) co_return std::unexpected(VmError{VmError::Code::kAgent, "set clock: " + clock.error().message});
-  auto seed = co_await sb.agent->ReseedFromHost(10s);
-  if (!seed) co_return std::unexpected(VmError{VmError::Code::kAgent, "reseed: " + seed.error().message});
+  // The clock in the snapshot is stale and every clone starts from the same RNG state. A
+  // request the agent dropped is sent again once a ping gets through.
+  for (int attempt = 0;; ++attempt) {
+    auto clock = co_await sb.agent->SetClockNow(10s);
+    if (clock) break;
+    if (attempt > 0 || clock.error().code != AgentError::Code::kTimeout)
+      co_return std::unexpected(VmError{VmError::Code::kAgent, "set clock: " + clock.error().message});
+    log::Warn(kLog, "slot {}: the agent did not answer set-clock; pinging it", sb.slot);
+    if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
+  }
+  for (int attempt = 0;; ++attempt) {
+    auto seed = co_await sb.agent->ReseedFromHost(10s);
+    if (seed) break;
+    if (attempt > 0 || seed.error().code != AgentError::Code::kTimeout)
+      co_return std::unexpected(VmError{VmError::Code::kAgent, "reseed: " + seed.error().message});
+    log::Warn(kLog, "slot {}: the agent did not answer reseed; pinging it", sb.slot);
+    if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
+  }
   co_return std::expected<void, VmError>{};
 }
 

@@ -137,6 +137,8 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
+  // Pings the guest agent with short tries until one is answered or `timeout` passes.
+  boost::asio::awaitable<std::expected<void, VmError>> PingAgent(Sandbox& sb, std::chrono::milliseconds timeout);
   // Restarts the browser processes that hold snapshot-shared random state, then waits until
   // the guest answers RFB and CDP and the browser has replaced its crashed pages (a client
   // connecting earlier would race the replacement).
