@@ -315,8 +315,9 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
     auto old_pages = co_await GuestPageIds(sb.slot, 10s);
     agent::v1::Request req;
     req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
-    req.mutable_exec()->set_timeout_s(30);
-    auto r = co_await sb.agent->Call(std::move(req), 40s);
+    // Seconds normally; under emulation with other guests restoring it has taken over 30 s.
+    req.mutable_exec()->set_timeout_s(120);
+    auto r = co_await sb.agent->Call(std::move(req), 130s);
     if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
     if (r->exec().exit_code() != 0)
       co_return std::unexpected(VmError{VmError::Code::kGuest,
