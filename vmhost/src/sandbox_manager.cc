@@ -282,23 +282,18 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::PingAgent(Sandbox&
 asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& sb) {
   // The clock in the snapshot is stale and every clone starts from the same RNG state. A
   // request the agent dropped is sent again once a ping gets through.
-  for (int attempt = 0;; ++attempt) {
-    auto clock = co_await sb.agent->SetClockNow(10s);
-    if (clock) break;
-    if (attempt > 0 || clock.error().code != AgentError::Code::kTimeout)
-      co_return std::unexpected(VmError{VmError::Code::kAgent, "set clock: " + clock.error().message});
-    log::Warn(kLog, "slot {}: the agent did not answer set-clock; pinging it", sb.slot);
-    if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
-  }
-  for (int attempt = 0;; ++attempt) {
-    auto seed = co_await sb.agent->ReseedFromHost(10s);
-    if (seed) break;
-    if (attempt > 0 || seed.error().code != AgentError::Code::kTimeout)
-      co_return std::unexpected(VmError{VmError::Code::kAgent, "reseed: " + seed.error().message});
-    log::Warn(kLog, "slot {}: the agent did not answer reseed; pinging it", sb.slot);
-    if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
-  }
-  co_return std::expected<void, VmError>{};
+  auto step = [&](const char* what, bool clock) -> asio::awaitable<std::expected<void, VmError>> {
+    for (int attempt = 0;; ++attempt) {
+      auto r = clock ? co_await sb.agent->SetClockNow(10s) : co_await sb.agent->ReseedFromHost(10s);
+      if (r) co_return std::expected<void, VmError>{};
+      if (attempt > 0 || r.error().code != AgentError::Code::kTimeout)
+        co_return std::unexpected(VmError{VmError::Code::kAgent, fmt::format("{}: {}", what, r.error().message)});
+      log::Warn(kLog, "slot {}: the agent did not answer {}; pinging it", sb.slot, what);
+      if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
+    }
+  };
+  if (auto r = co_await step("set clock", true); !r) co_return r;
+  co_return co_await step("reseed", false);
 }
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(Sandbox& sb) {
