@@ -7,7 +7,11 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <functional>
+
+#include "egress/policy.h"
 
 extern char** environ;
 
@@ -52,6 +56,19 @@ std::function<std::expected<void, std::string>(DaemonConfig&, const std::string&
 std::function<std::expected<void, std::string>(DaemonConfig&, const std::string&)> Path(
     std::string DaemonConfig::*field) {
   return [field](DaemonConfig& c, const std::string& v) { return AbsolutePath(c.*field, v); };
+}
+
+std::vector<std::string> SplitList(const std::string& v) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
 }
 
 const std::vector<Setting>& Settings() {
@@ -128,11 +145,88 @@ const std::vector<Setting>& Settings() {
        Number(&DaemonConfig::default_timeout_s, 1, 7 * 24 * 3600)},
       {"--max-timeout", "DESKBOX_MAX_TIMEOUT_S", "SECONDS", "largest timeout_s a client may ask for (default 604800)",
        Number(&DaemonConfig::max_timeout_s, 1, 30 * 24 * 3600)},
+      {"--egress-default", "DESKBOX_EGRESS_DEFAULT", "deny|allow",
+       "egress default of a sandbox created without one (default deny)",
+       [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
+         if (v != "deny" && v != "allow") return std::unexpected(fmt::format("'{}' is not deny or allow", v));
+         c.egress_default = v;
+         return {};
+       }},
+      {"--egress-reachable", "DESKBOX_EGRESS_REACHABLE", "CIDR,...",
+       "private/loopback/link-local ranges egress may dial anyway (default none)",
+       [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
+         c.egress_reachable.clear();
+         for (const auto& item : SplitList(v)) {
+           auto cidr = egress::ParseCidr(item);
+           if (!cidr) return std::unexpected(cidr.error());
+           c.egress_reachable.push_back(cidr->ToString());
+         }
+         return {};
+       }},
+      {"--egress-resolvers", "DESKBOX_EGRESS_RESOLVERS", "IP[:PORT],...",
+       "upstream DNS resolvers egress asks, dialed from the uplink netns (default: /etc/resolv.conf's)",
+       [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
+         c.egress_resolvers.clear();
+         for (const auto& item : SplitList(v)) {
+           if (auto r = ParseResolver(item); !r) return std::unexpected(r.error());
+           c.egress_resolvers.push_back(item);
+         }
+         if (c.egress_resolvers.size() > 8) return std::unexpected("at most 8 resolvers");
+         return {};
+       }},
+      {"--egress-dns-qps", "DESKBOX_EGRESS_DNS_QPS", "N", "DNS queries a sandbox may send per second, 1..10000 (default 100)",
+       Number(&DaemonConfig::egress_dns_qps, 1, 10000)},
   };
   return settings;
 }
 
 }  // namespace
+
+std::expected<std::pair<std::string, uint16_t>, std::string> ParseResolver(const std::string& v) {
+  std::string host = v;
+  uint16_t port = 53;
+  std::string port_text;
+  if (v.starts_with("[")) {
+    auto close = v.find(']');
+    if (close == std::string::npos) return std::unexpected(fmt::format("'{}': '[' without ']'", v));
+    host = v.substr(1, close - 1);
+    if (close + 1 < v.size()) {
+      if (v[close + 1] != ':') return std::unexpected(fmt::format("'{}': only :PORT may follow ']'", v));
+      port_text = v.substr(close + 2);
+    }
+  } else if (std::count(v.begin(), v.end(), ':') == 1) {
+    host = v.substr(0, v.find(':'));
+    port_text = v.substr(v.find(':') + 1);
+    if (port_text.empty()) return std::unexpected(fmt::format("'{}': ':' without a port", v));
+  }
+  if (!port_text.empty() || (v.starts_with("[") && v.ends_with(":"))) {
+    auto p = Unsigned(port_text, 1, 65535);
+    if (!p) return std::unexpected(fmt::format("'{}': port {}", v, p.error()));
+    port = static_cast<uint16_t>(*p);
+  }
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(host, ec);
+  if (ec || host.find('%') != std::string::npos) return std::unexpected(fmt::format("'{}' is not an IP address", host));
+  return std::make_pair(a.to_string(), port);
+}
+
+std::vector<std::string> ResolversFromResolvConf(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < text.size() && out.size() < 3) {
+    size_t end = text.find('\n', pos);
+    std::string line = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    pos = end == std::string::npos ? text.size() : end + 1;
+    if (!line.starts_with("nameserver")) continue;
+    auto first = line.find_first_not_of(" \t", 10);
+    if (first == std::string::npos || first == 10) continue;
+    std::string addr = line.substr(first);
+    addr = addr.substr(0, addr.find_first_of(" \t#;"));
+    if (addr.find(':') != std::string::npos) addr = "[" + addr + "]";  // v6: keep the port form unambiguous
+    if (ParseResolver(addr)) out.push_back(addr);
+  }
+  return out;
+}
 
 std::map<std::string, std::string> EnvironmentMap() {
   std::map<std::string, std::string> env;

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "api/json_input.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "recorder/event_json.h"
 #include "vnc_bridge/rfb_snapshot.h"
@@ -209,6 +210,21 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
       bucket_time_(std::chrono::steady_clock::now()),
       clock_(executor) {
   manager_.SetObserver([this](const vmhost::Sandbox& sb, SandboxState from) { OnTransition(sb, from); });
+  egress::EgressOptions eo;
+  std::vector<egress::Cidr> reachable;
+  for (const auto& c : config_.egress_reachable) reachable.push_back(*egress::ParseCidr(c));  // validated by ParseConfig
+  eo.reachability = egress::Reachability(std::move(reachable));
+  std::vector<std::string> resolvers = config_.egress_resolvers;
+  if (resolvers.empty()) {
+    if (auto text = ReadFile("/etc/resolv.conf", 64 * 1024)) resolvers = ResolversFromResolvConf(*text);
+    if (resolvers.empty()) log::Warn(kLog, "no DNS resolver in /etc/resolv.conf: egress will answer SERVFAIL");
+  }
+  for (const auto& r : resolvers) {
+    auto p = ParseResolver(r);
+    if (p) eo.resolvers.emplace_back(asio::ip::make_address(p->first), p->second);
+  }
+  eo.dns_queries_per_second = config_.egress_dns_qps;
+  egress_ = std::make_unique<egress::Egress>(executor, static_cast<egress::UplinkSockets&>(*this), events, std::move(eo));
 }
 
 ApiService::~ApiService() {
@@ -247,6 +263,8 @@ asio::awaitable<void> ApiService::Recover() {
     SandboxRecord& r = it->second;
     std::string from = r.state;
     if (res.adopted) {
+      if (auto a = co_await AttachEgress(r.id, r.slot, r.egress_json); !a)
+        log::Error(kLog, "sandbox {}: egress not re-attached: {} (its guest reaches nothing)", r.id, a.error());
       r.state = StateName(res.state);
       if (r.state == "running" && r.expires_at_ms == 0) r.expires_at_ms = NowMs() + int64_t{r.timeout_s} * 1000;
       if (r.state == "paused") r.expires_at_ms = 0;
@@ -322,6 +340,7 @@ asio::awaitable<void> ApiService::FlushEvents() {
 }
 
 void ApiService::OnTransition(const vmhost::Sandbox& sb, SandboxState from) {
+  if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kStopped) egress_->Detach(sb.id);
   // Transitions the API asks for are recorded where it asks; here only the ones nobody asked
   // for: a QEMU that exits turns its sandbox failed.
   if (sb.state != SandboxState::kFailed) return;
@@ -334,6 +353,45 @@ void ApiService::OnTransition(const vmhost::Sandbox& sb, SandboxState from) {
   r.expires_at_ms = 0;
   Save(r);
   EmitLifecycle(r, nullptr, StateName(from), "failed", "qemu_exit", r.failure);
+}
+
+asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> ApiService::Open(bool ipv6, bool udp,
+                                                                                  unsigned count) {
+  auto r = co_await manager_.OpenUplinkSockets(ipv6, udp, count);
+  if (!r) co_return std::unexpected(r.error().message);
+  co_return std::move(*r);
+}
+
+std::expected<egress::Policy, std::string> ApiService::StoredPolicy(const SandboxRecord& r) const {
+  egress::DefaultAction fallback =
+      config_.egress_default == "allow" ? egress::DefaultAction::kAllow : egress::DefaultAction::kDeny;
+  if (r.egress_json.empty()) return egress::Policy{fallback, {}, {}};
+  auto j = ParseJson(r.egress_json);
+  if (!j) return std::unexpected("stored egress policy is not JSON");
+  return egress::ParsePolicy(*j, fallback);
+}
+
+asio::awaitable<std::expected<void, std::string>> ApiService::AttachEgress(const std::string& id, uint32_t slot,
+                                                                         const std::string& policy_json) {
+  SandboxRecord probe;
+  probe.egress_json = policy_json;
+  auto policy = StoredPolicy(probe);
+  if (!policy) co_return std::unexpected(policy.error());
+  auto fds = co_await manager_.OpenEgressSockets(slot);
+  if (!fds) co_return std::unexpected(fds.error().message);
+  egress::SandboxSockets s;
+  auto take = [&](const char* role) {
+    auto it = fds->find(role);
+    return it == fds->end() ? UniqueFd() : std::move(it->second);
+  };
+  s.tcp4 = take("tcp4");
+  s.tcp6 = take("tcp6");
+  s.udp4 = take("udp4");
+  s.udp6 = take("udp6");
+  s.nflog = take("nflog");
+  if (!s.tcp4 || !s.udp4) co_return std::unexpected("the jailer returned no egress sockets");
+  egress_->Attach(id, std::move(s), std::move(*policy));
+  co_return std::expected<void, std::string>{};
 }
 
 size_t ApiService::AliveCount() const {
@@ -559,11 +617,13 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
   auto on_timeout = in.Enum("on_timeout", {"pause", "stop"});
   json metadata = ReadMetadata(in).value_or(json::object());
-  std::string egress;
+  egress::Policy policy = *StoredPolicy(SandboxRecord{});
   if (const json* e = in.Any("egress")) {
-    if (!e->is_object()) in.Fail("egress must be an object");
-    else egress = Dump(*e);
+    auto p = egress::ParsePolicy(*e, policy.default_action);
+    if (!p) in.Fail(p.error());
+    else policy = std::move(*p);
   }
+  std::string egress = Dump(egress::PolicyJson(policy));
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   if (tpl && *tpl != config_.template_name)
     co_return Error(422, "unknown_template", fmt::format("template '{}' is not served here (GET /v1/templates)", *tpl));
@@ -593,6 +653,12 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
       co_await manager_.Destroy((*sb)->id);
       co_return Error(422, "unsupported_resolution", r.error());
     }
+  }
+  // The policy is in force before the client hears of the sandbox.
+  if (auto a = co_await AttachEgress((*sb)->id, (*sb)->slot, egress); !a) {
+    egress_->Detach((*sb)->id);
+    co_await manager_.Destroy((*sb)->id);
+    co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
   }
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   metrics_.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path)));
@@ -1240,7 +1306,75 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
               "# TYPE deskbox_cdp_messages_total counter\n";
   for (const auto& [method, n] : cdp_.method_counts())
     res.body += fmt::format("deskbox_cdp_messages_total{{method=\"{}\"}} {}\n", LabelValue(method), n);
+  const auto& ec = egress_->counters();
+  res.body += fmt::format(
+      "# HELP deskbox_egress_dns_queries_total DNS queries from guests, by outcome.\n"
+      "# TYPE deskbox_egress_dns_queries_total counter\n"
+      "deskbox_egress_dns_queries_total{{outcome=\"allowed\"}} {}\n"
+      "deskbox_egress_dns_queries_total{{outcome=\"denied\"}} {}\n"
+      "deskbox_egress_dns_queries_total{{outcome=\"rate_limited\"}} {}\n"
+      "# HELP deskbox_egress_dns_upstream_failures_total Upstream resolutions that failed.\n"
+      "# TYPE deskbox_egress_dns_upstream_failures_total counter\n"
+      "deskbox_egress_dns_upstream_failures_total {}\n"
+      "# HELP deskbox_egress_connections_total TCP connections from guests, by outcome.\n"
+      "# TYPE deskbox_egress_connections_total counter\n"
+      "deskbox_egress_connections_total{{outcome=\"allowed\"}} {}\n"
+      "deskbox_egress_connections_total{{outcome=\"denied\"}} {}\n"
+      "# HELP deskbox_egress_bytes_total Bytes through the egress proxy, by direction (counted when a connection ends).\n"
+      "# TYPE deskbox_egress_bytes_total counter\n"
+      "deskbox_egress_bytes_total{{direction=\"up\"}} {}\n"
+      "deskbox_egress_bytes_total{{direction=\"down\"}} {}\n"
+      "# HELP deskbox_egress_packets_refused_total Packets the sandboxes' firewalls refused and logged (UDP, ICMP, ...).\n"
+      "# TYPE deskbox_egress_packets_refused_total counter\n"
+      "deskbox_egress_packets_refused_total {}\n"
+      "# HELP deskbox_egress_connections_open TCP connections through the egress proxy now.\n"
+      "# TYPE deskbox_egress_connections_open gauge\n"
+      "deskbox_egress_connections_open {}\n",
+      ec.dns_allowed, ec.dns_denied, ec.dns_rate_limited, ec.dns_upstream_failures, ec.connections_allowed,
+      ec.connections_denied, ec.bytes_up, ec.bytes_down, ec.packets_refused, egress_->OpenConnections());
   co_return res;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Egress policy (docs/egress.md).
+
+asio::awaitable<HttpResponse> ApiService::GetEgress(Call& c) {
+  auto r = FindRecord(c.id);
+  if (!r) co_return r.error();
+  auto p = StoredPolicy(**r);
+  if (!p) co_return Error(500, "internal", p.error());
+  co_return Json(200, egress::PolicyJson(*p));
+}
+
+asio::awaitable<HttpResponse> ApiService::PutEgress(Call& c) {
+  auto r = FindRecord(c.id);
+  if (!r) co_return r.error();
+  auto body = co_await ReadJson(c);
+  if (!body) co_return body.error();
+  auto again = records_.find(c.id);  // the record may have gone while the body was read
+  if (again == records_.end()) co_return Error(404, "not_found", fmt::format("no sandbox {}", c.id));
+  SandboxRecord& rec = again->second;
+  egress::DefaultAction fallback =
+      config_.egress_default == "allow" ? egress::DefaultAction::kAllow : egress::DefaultAction::kDeny;
+  auto p = egress::ParsePolicy(*body, fallback);
+  if (!p) co_return Error(400, "invalid_request", p.error());
+  if (rec.state == "stopped" || rec.state == "failed")
+    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}", rec.id, rec.state));
+  json canonical = egress::PolicyJson(*p);
+  rec.egress_json = Dump(canonical);
+  Save(rec);
+  egress_->SetPolicy(rec.id, std::move(*p));  // not attached while creating: the stored one is used
+  recorder::v1::Event e;
+  e.set_sandbox_id(rec.id);
+  FillActor(e, &c);
+  auto* d = e.mutable_egress();
+  d->set_protocol("policy");
+  d->set_phase("policy");
+  d->set_allowed(true);
+  d->set_reason(fmt::format("policy set: default {}, {} allow and {} deny rules", canonical["default"].get<std::string>(),
+                            canonical["allow"].size(), canonical["deny"].size()));
+  events_.Emit(std::move(e));
+  co_return Json(200, canonical);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1535,6 +1669,9 @@ const std::vector<ApiService::Route>& ApiService::Routes() {
       {verb::put, "/v1/sandboxes/{id}/clipboard", {S::kControl}, false, false, &A::PutClipboard},
       {verb::get, "/v1/sandboxes/{id}/events", {S::kView, S::kControl}, false, false, &A::GetEvents},
       {verb::get, "/v1/sandboxes/{id}/screenshot", {S::kView, S::kControl}, false, false, &A::Screenshot},
+      // Egress: a control token may read the policy, only an API key may change it.
+      {verb::get, "/v1/sandboxes/{id}/egress", {S::kControl}, false, false, &A::GetEgress},
+      {verb::put, "/v1/sandboxes/{id}/egress", {}, false, false, &A::PutEgress},
       {verb::post, "/v1/sandboxes/{id}/tokens", {}, false, false, &A::CreateToken},
       {verb::get, "/v1/sandboxes/{id}/tokens", {}, false, false, &A::ListTokens},
       {verb::delete_, "/v1/tokens/{id}", {}, false, false, &A::DeleteToken},

@@ -85,6 +85,8 @@ J Build(const v1::Event& in) {
       k["bytes_up"] = x.bytes_up();
       k["bytes_down"] = x.bytes_down();
       k["duration_ms"] = x.duration_ms();
+      k["query_type"] = x.query_type();
+      k["phase"] = x.phase();
       break;
     }
     case v1::Event::kExec: {

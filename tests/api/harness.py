@@ -167,10 +167,11 @@ class StopReport:
 class Deskbox:
     """One private deployment. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, warm_pool=1, prestart_pool=0, extra_args=()):
+    def __init__(self, warm_pool=1, prestart_pool=0, extra_args=(), jailer_args=()):
         self.warm_pool = warm_pool
         self.prestart_pool = prestart_pool
         self.extra_args = list(extra_args)
+        self.jailer_args = list(jailer_args)
         self.pid = os.getpid()
         self.tag = f"apitest-{self.pid}"
         self.bin = bin_dir()
@@ -243,7 +244,8 @@ class Deskbox:
                "--socket", str(self.socket), "--cache-dir", str(self.cache),
                "--state-dir", str(self.jailer_state), "--netns-prefix", self.netns_prefix,
                "--cgroup-name", self.cgroup_name, "--uid-base", str(UID_BASE),
-               "--client-uid", str(user.pw_uid), "--socket-gid", str(user.pw_gid), "--sweep-on-exit"]
+               "--client-uid", str(user.pw_uid), "--socket-gid", str(user.pw_gid), "--sweep-on-exit",
+               *self.jailer_args]
         log = open(self.jailer_log, "ab")
         self.jailer = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},

@@ -1,4 +1,6 @@
 // deskbox-jailer: the privileged helper. See vmhost/README.md.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -11,7 +13,7 @@ void Usage() {
   std::cerr << "usage: deskbox-jailer [--socket PATH] [--cache-dir DIR] [--state-dir DIR]\n"
                "         [--client-uid UID] [--socket-gid GID] [--uid-base UID]\n"
                "         [--netns-prefix P] [--cgroup-name N] [--qemu PATH] [--no-seccomp]\n"
-               "         [--sweep-on-exit]\n";
+               "         [--sweep-on-exit] [--uplink-netns NAME]\n";
 }
 }  // namespace
 
@@ -46,12 +48,21 @@ int main(int argc, char** argv) {
     else if (a == "--qemu") config.qemu_binary = next();
     else if (a == "--no-seccomp") config.seccomp = false;
     else if (a == "--sweep-on-exit") config.sweep_on_exit = true;
+    else if (a == "--uplink-netns") config.uplink_netns = next();
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::cerr << "deskbox-jailer: unknown option " << a << "\n"; Usage(); return 2; }
   }
   if (config.uid_base < 1000) {
     std::cerr << "deskbox-jailer: --uid-base must be at least 1000\n";
     return 2;
+  }
+  if (!config.uplink_netns.empty()) {
+    std::string path = "/run/netns/" + config.uplink_netns;
+    if (config.uplink_netns.find('/') != std::string::npos || config.uplink_netns[0] == '.' ||
+        ::access(path.c_str(), F_OK) != 0) {
+      std::cerr << "deskbox-jailer: --uplink-netns " << config.uplink_netns << ": no such network namespace in /run/netns\n";
+      return 2;
+    }
   }
   deskbox::vmhost::JailerServer server(config);
   return server.Run();

@@ -1,6 +1,9 @@
 #include "vmhost/jailer_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/netfilter/nfnetlink.h>
 #include <grp.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
@@ -19,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,6 +34,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "egress/nflog.h"
+#include "egress/slot_network.h"
 #include "vmhost/fd_passing.h"
 #include "vmhost/qemu_command.h"
 #include "vmhost/template.h"
@@ -77,30 +83,52 @@ std::expected<void, std::string> RunTool(const std::vector<std::string>& argv,
 }
 
 std::string NetnsRuleset() {
-  // Nothing enters or leaves the slot's netns but deskboxd's own connections to the guest's RFB
-  // and CDP ports. What the guest sends is refused at once (RST / ICMP), not silently dropped,
-  // so programs in the guest fail fast instead of waiting for timeouts. The egress work adds its
-  // redirects to this table.
-  return R"(table inet deskbox {
-  chain input {
+  // Nothing leaves the slot's netns by routing: there is no route out. What the guest sends is
+  // either TCP, sent to deskboxd's egress proxy listening here (any destination, any port: the
+  // proxy reads the original destination and decides), or UDP 53, sent to deskboxd's DNS
+  // responder here. Everything else — other UDP (QUIC included), ICMP, other protocols — is
+  // refused at once (RST / ICMP admin-prohibited, so programs fail fast instead of waiting for
+  // timeouts) and logged to NFLOG group kNflogGroup, which deskboxd reads into the sandbox's audit
+  // log. deskboxd's own connections to the guest's RFB and CDP ports are the only traffic into
+  // the guest.
+  return fmt::format(R"(table inet deskbox {{
+  chain guard {{
+    type filter hook prerouting priority -150; policy accept;
+    iif != "tap0" accept
+    meta l4proto tcp accept
+    udp dport 53 accept
+    counter limit rate 20/second burst 40 packets log prefix "refused" group {group}
+    reject with icmpx type admin-prohibited
+  }}
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    iif "tap0" meta nfproto ipv4 meta l4proto tcp dnat ip to 10.88.0.1:{tcp}
+    iif "tap0" meta nfproto ipv6 meta l4proto tcp dnat ip6 to [fd88:de5b::1]:{tcp}
+    iif "tap0" meta nfproto ipv4 udp dport 53 dnat ip to 10.88.0.1:{dns}
+    iif "tap0" meta nfproto ipv6 udp dport 53 dnat ip6 to [fd88:de5b::1]:{dns}
+  }}
+  chain input {{
     type filter hook input priority 0; policy drop;
     iif "lo" accept
     ct state established,related accept
+    iif "tap0" ct status dnat tcp dport {tcp} accept
+    iif "tap0" ct status dnat udp dport {dns} accept
     iif "tap0" meta l4proto tcp reject with tcp reset
     iif "tap0" reject with icmpx type admin-prohibited
-  }
-  chain forward {
+  }}
+  chain forward {{
     type filter hook forward priority 0; policy drop;
     iif "tap0" reject with icmpx type admin-prohibited
-  }
-  chain output {
+  }}
+  chain output {{
     type filter hook output priority 0; policy drop;
     oif "lo" accept
     ct state established,related accept
-    oif "tap0" ip daddr 10.88.0.2 tcp dport { 5900, 9222 } accept
-  }
-}
-)";
+    oif "tap0" ip daddr 10.88.0.2 tcp dport {{ 5900, 9222 }} accept
+  }}
+}}
+)", fmt::arg("group", egress::nflog::kGroup), fmt::arg("tcp", egress::kProxyPort),
+                     fmt::arg("dns", egress::kDnsPort));
 }
 
 std::expected<void, std::string> MkdirOwned(const std::string& path, uid_t uid, gid_t gid,
@@ -254,6 +282,8 @@ JailerServer::Reply JailerServer::Handle(const Request& request) {
     case Request::kOpenNetnsSocket: reply = OpenNetnsSocket(request.open_netns_socket()); break;
     case Request::kDestroySlot: reply = DestroySlot(request.destroy_slot()); break;
     case Request::kListSlots: reply = ListSlots(); break;
+    case Request::kOpenEgressSockets: reply = OpenEgressSockets(request.open_egress_sockets()); break;
+    case Request::kOpenUplinkSockets: reply = OpenUplinkSockets(request.open_uplink_sockets()); break;
     default: reply = Fail(EINVAL, "unknown request");
   }
   reply.response.set_id(request.id());
@@ -520,6 +550,128 @@ JailerServer::Reply JailerServer::OpenNetnsSocket(const jailer::v1::OpenNetnsSoc
   Reply reply = Ok();
   reply.response.add_fd_roles("socket");
   reply.fds.push_back(std::move(*s));
+  return reply;
+}
+
+namespace {
+// A socket bound to addr:port (and listening, for TCP) in the calling thread's netns.
+std::expected<UniqueFd, std::string> BoundSocket(bool v6, bool udp, uint16_t port) {
+  UniqueFd s(::socket(v6 ? AF_INET6 : AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!s) return std::unexpected(fmt::format("socket: {}", ErrnoString(errno)));
+  int one = 1;
+  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  int rc;
+  if (v6) {
+    ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(port);
+    ::inet_pton(AF_INET6, egress::kHostIPv6, &a.sin6_addr);
+    rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, egress::kHostIPv4, &a.sin_addr);
+    rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+  }
+  if (rc != 0) return std::unexpected(fmt::format("bind {}:{}: {}", v6 ? egress::kHostIPv6 : egress::kHostIPv4, port, ErrnoString(errno)));
+  if (!udp && ::listen(s.get(), 256) != 0) return std::unexpected(fmt::format("listen: {}", ErrnoString(errno)));
+  return s;
+}
+
+// An NFLOG socket receiving the refused-packet log of the calling thread's netns.
+std::expected<UniqueFd, std::string> NflogSocket() {
+  UniqueFd s(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER));
+  if (!s) return std::unexpected(fmt::format("netlink socket: {}", ErrnoString(errno)));
+  sockaddr_nl local{};
+  local.nl_family = AF_NETLINK;
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+    return std::unexpected(fmt::format("netlink bind: {}", ErrnoString(errno)));
+  int size = 1 << 20;  // bursts of refused packets are rate-limited by the rule, this absorbs the rest
+  ::setsockopt(s.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  for (const auto& m : egress::nflog::BindMessages(egress::nflog::kGroup, egress::nflog::kCopyRange)) {
+    sockaddr_nl kernel{};
+    kernel.nl_family = AF_NETLINK;
+    if (::sendto(s.get(), m.data(), m.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
+      return std::unexpected(fmt::format("nflog config: {}", ErrnoString(errno)));
+    // The kernel acknowledges each message (NLM_F_ACK): an error code other than 0 is a failure.
+    std::array<char, 512> buf;
+    pollfd p{s.get(), POLLIN, 0};
+    if (::poll(&p, 1, 1000) != 1) return std::unexpected("nflog config: no answer from the kernel");
+    ssize_t n = ::recv(s.get(), buf.data(), buf.size(), 0);
+    if (n < static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)))
+      return std::unexpected("nflog config: short answer from the kernel");
+    auto* h = reinterpret_cast<nlmsghdr*>(buf.data());
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      auto* e = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h));
+      if (e->error != 0) return std::unexpected(fmt::format("nflog config: {}", ErrnoString(-e->error)));
+    }
+  }
+  return s;
+}
+}  // namespace
+
+JailerServer::Reply JailerServer::OpenEgressSockets(const jailer::v1::OpenEgressSockets& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  std::string ns_path = "/run/netns/" + NetnsName(r.slot());
+  if (::access(ns_path.c_str(), F_OK) != 0)
+    return Fail(ENOENT, fmt::format("slot {} has no network (CreateSlot first)", r.slot()));
+  struct Made {
+    std::vector<std::pair<std::string, UniqueFd>> fds;
+    std::string error;
+  };
+  auto made = InNetns(ns_path, [] {
+    Made m;
+    auto add = [&](const char* role, std::expected<UniqueFd, std::string> fd) {
+      if (!m.error.empty()) return;
+      if (!fd) m.error = fmt::format("{}: {}", role, fd.error());
+      else m.fds.emplace_back(role, std::move(*fd));
+    };
+    add("tcp4", BoundSocket(false, false, egress::kProxyPort));
+    add("tcp6", BoundSocket(true, false, egress::kProxyPort));
+    add("udp4", BoundSocket(false, true, egress::kDnsPort));
+    add("udp6", BoundSocket(true, true, egress::kDnsPort));
+    add("nflog", NflogSocket());
+    return m;
+  });
+  if (!made) return Fail(made.error(), fmt::format("slot {} netns: {}", r.slot(), ErrnoString(made.error())));
+  if (!made->error.empty()) return Fail(EIO, fmt::format("slot {} egress sockets: {}", r.slot(), made->error));
+  Reply reply = Ok();
+  for (auto& [role, fd] : made->fds) {
+    reply.response.add_fd_roles(role);
+    reply.fds.push_back(std::move(fd));
+  }
+  return reply;
+}
+
+JailerServer::Reply JailerServer::OpenUplinkSockets(const jailer::v1::OpenUplinkSockets& r) {
+  if (r.count() == 0 || r.count() > kMaxDatagramFds) return Fail(EINVAL, fmt::format("count must be 1..{}", kMaxDatagramFds));
+  bool v6 = r.ipv6(), udp = r.udp();
+  uint32_t count = r.count();
+  auto make = [v6, udp, count] {
+    std::vector<UniqueFd> fds;
+    for (uint32_t i = 0; i < count; ++i) {
+      UniqueFd s(::socket(v6 ? AF_INET6 : AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+      if (!s) break;
+      fds.push_back(std::move(s));
+    }
+    return fds;
+  };
+  std::vector<UniqueFd> fds;
+  if (config_.uplink_netns.empty()) {
+    fds = make();
+  } else {
+    auto in = InNetns("/run/netns/" + config_.uplink_netns, make);
+    if (!in) return Fail(in.error(), fmt::format("uplink netns {}: {}", config_.uplink_netns, ErrnoString(in.error())));
+    fds = std::move(*in);
+  }
+  if (fds.empty()) return Fail(errno ? errno : EIO, fmt::format("uplink socket: {}", ErrnoString(errno)));
+  Reply reply = Ok();
+  for (auto& fd : fds) {
+    reply.response.add_fd_roles("socket");
+    reply.fds.push_back(std::move(fd));
+  }
   return reply;
 }
 

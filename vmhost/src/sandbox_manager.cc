@@ -301,7 +301,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   // clones; the guest script restarts the ones that hand randomness to pages and to TLS
   // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
   auto t0 = std::chrono::steady_clock::now();
-  auto deadline = t0 + config_.ready_timeout;
+  auto deadline = t0 + 3 * config_.ready_timeout;  // up to three rounds
   std::string last;
   // The script replaces the crashed pages in the background. Under load a replacement page can
   // stay empty (its first navigation never commits); then the script runs again, which replaces
@@ -321,10 +321,11 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
     auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
     if (!ready) co_return ready;
     // Done when the old pages are gone and every page has loaded something.
-    auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(20));
+    // A loaded host (a compile beside two guests) has made /json/list take over 5 s.
+    auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(45));
     bool fresh = false;
     while (!fresh && std::chrono::steady_clock::now() < round_end) {
-      auto pages = co_await GuestPageIds(sb.slot, 5s);
+      auto pages = co_await GuestPageIds(sb.slot, 15s);
       if (pages && !pages->empty()) {
         bool any_old = false, any_empty = false;
         for (const auto& [id, url] : *pages) {
@@ -347,6 +348,31 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   log::Debug(kLog, "slot {}: browser refreshed in {:.0f} ms", sb.slot,
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   co_return std::expected<void, VmError>{};
+}
+
+asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> SandboxManager::OpenEgressSockets(
+    uint32_t slot) {
+  jailer::v1::Request req;
+  req.mutable_open_egress_sockets()->set_slot(slot);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) co_return std::unexpected(r.error());
+  if (static_cast<int>(r->fds.size()) != r->response.fd_roles_size())
+    co_return std::unexpected(JailerErr("egress sockets: roles and descriptors differ"));
+  std::map<std::string, UniqueFd> out;
+  for (size_t i = 0; i < r->fds.size(); ++i) out[r->response.fd_roles(static_cast<int>(i))] = std::move(r->fds[i]);
+  co_return out;
+}
+
+asio::awaitable<std::expected<std::vector<UniqueFd>, VmError>> SandboxManager::OpenUplinkSockets(bool ipv6, bool udp,
+                                                                                                 unsigned count) {
+  jailer::v1::Request req;
+  auto* o = req.mutable_open_uplink_sockets();
+  o->set_ipv6(ipv6);
+  o->set_udp(udp);
+  o->set_count(count);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) co_return std::unexpected(r.error());
+  co_return std::move(r->fds);
 }
 
 asio::awaitable<std::expected<asio::ip::tcp::socket, VmError>> SandboxManager::ConnectGuest(

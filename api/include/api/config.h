@@ -29,7 +29,17 @@ struct DaemonConfig {
   uint32_t default_timeout_s = 3600;
   uint32_t max_timeout_s = 7 * 24 * 3600;
   bool destroy_on_exit = false;
+  // Egress (docs/egress.md).
+  std::string egress_default = "deny";          // a new sandbox's policy default
+  std::vector<std::string> egress_reachable;    // CIDRs the address guard lets through
+  std::vector<std::string> egress_resolvers;    // "IP" or "IP:PORT" / "[v6]:PORT"; empty: /etc/resolv.conf
+  uint32_t egress_dns_qps = 100;
 };
+
+// "IP", "IP:PORT" or "[IPv6]:PORT" (port 53 if none) → address and port, or a message.
+std::expected<std::pair<std::string, uint16_t>, std::string> ParseResolver(const std::string& v);
+// The nameserver lines of a resolv.conf text, as ParseResolver input.
+std::vector<std::string> ResolversFromResolvConf(const std::string& text);
 
 struct ConfigOutcome {
   DaemonConfig config;

@@ -24,6 +24,7 @@
 #include "api/store.h"
 #include "cdp_proxy/cdp_proxy.h"
 #include "cdp_proxy/guest_json.h"
+#include "egress/egress.h"
 #include "recorder/log_event_sink.h"
 #include "vmhost/sandbox_manager.h"
 
@@ -38,7 +39,7 @@ struct GuestHttpAnswerJson {
   std::string body;
 };
 
-class ApiService : private cdp_proxy::GuestDialer {
+class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets {
  public:
   ApiService(boost::asio::any_io_executor executor, vmhost::SandboxManager& manager, Store& store,
              recorder::LogEventSink& events, DaemonConfig config);
@@ -76,6 +77,8 @@ class ApiService : private cdp_proxy::GuestDialer {
   Reply PutClipboard(Call& c);
   Reply GetEvents(Call& c);
   Reply Screenshot(Call& c);
+  Reply GetEgress(Call& c);
+  Reply PutEgress(Call& c);
   Reply CreateToken(Call& c);
   Reply ListTokens(Call& c);
   Reply DeleteToken(Call& c);
@@ -115,6 +118,12 @@ class ApiService : private cdp_proxy::GuestDialer {
   boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
       const std::string& sandbox_id) override;
   size_t AliveCount() const;
+  boost::asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> Open(bool ipv6, bool udp,
+                                                                                unsigned count) override;
+  // Serves the sandbox's egress sockets under `policy_json` (the stored canonical policy).
+  boost::asio::awaitable<std::expected<void, std::string>> AttachEgress(const std::string& id, uint32_t slot,
+                                                                      const std::string& policy_json);
+  std::expected<egress::Policy, std::string> StoredPolicy(const SandboxRecord& r) const;
 
   boost::asio::any_io_executor executor_;
   vmhost::SandboxManager& manager_;
@@ -124,6 +133,7 @@ class ApiService : private cdp_proxy::GuestDialer {
   Credentials credentials_;
   Metrics metrics_;
   cdp_proxy::CdpProxy cdp_;
+  std::unique_ptr<egress::Egress> egress_;
   std::map<std::string, SandboxRecord> records_;
   std::set<std::string> busy_;  // sandboxes with a pause/resume/stop in progress
   size_t creating_ = 0;

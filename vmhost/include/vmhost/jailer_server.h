@@ -31,7 +31,9 @@ struct JailerConfig {
   uint64_t memory_overhead_mib = 768;  // QEMU's own memory above guest RAM (TCG cache etc.)
   uint32_t pids_max = 512;
   bool seccomp = true;
-  bool sweep_on_exit = false;  // on SIGTERM/SIGINT destroy every slot with our prefix (tests)
+  bool sweep_on_exit = false;
+  // Network namespace (a name under /run/netns) that egress dials from; empty: the jailer's own.
+  std::string uplink_netns;  // on SIGTERM/SIGINT destroy every slot with our prefix (tests)
 };
 
 class JailerServer {
@@ -59,6 +61,8 @@ class JailerServer {
   Reply OpenNetnsSocket(const jailer::v1::OpenNetnsSocket& r);
   Reply DestroySlot(const jailer::v1::DestroySlot& r);
   Reply ListSlots();
+  Reply OpenEgressSockets(const jailer::v1::OpenEgressSockets& r);
+  Reply OpenUplinkSockets(const jailer::v1::OpenUplinkSockets& r);
   void ReapChildren();
   void KillSlotQemu(uint32_t slot);
 

@@ -121,6 +121,12 @@ class SandboxManager {
   // A TCP connection to the guest, from a socket made inside the sandbox's netns.
   boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, VmError>> ConnectGuest(
       uint32_t slot, uint16_t port, std::chrono::milliseconds timeout);
+  // The egress sockets of a slot (jailer.proto OpenEgressSockets), by role: tcp4, tcp6, udp4,
+  // udp6, nflog.
+  boost::asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> OpenEgressSockets(uint32_t slot);
+  // Unconnected sockets in the uplink netns (jailer.proto OpenUplinkSockets).
+  boost::asio::awaitable<std::expected<std::vector<UniqueFd>, VmError>> OpenUplinkSockets(bool ipv6, bool udp,
+                                                                                          unsigned count);
   // Waits until the guest's RFB server sends its banner and Chromium's /json/version answers.
   boost::asio::awaitable<std::expected<void, VmError>> WaitGuestServices(
       uint32_t slot, std::chrono::milliseconds timeout);

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The egress proxy against direct routing, same run, same guest, same server program.
+
+A fake internet (tests/api/fake_internet.py: a netns with only lo and the test servers, no route
+off the machine) is the uplink. One sandbox may reach allowed.test and big.test. Two paths:
+  proxy   https://allowed.test/...  the guest's TCP goes to deskboxd's proxy (SNI, policy,
+          resolve, dial from the uplink netns, splice);
+  direct  https://big.test/...      for big.test's address only, the benchmark adds a veth from
+          the sandbox's netns to the uplink netns, a route, and nftables rules that skip the
+          proxy: the guest's packets are forwarded by the kernel to the same server program.
+Both serve the same bytes from the same process. Measured inside the guest with curl's own
+timers (process start-up is not counted), the two paths alternating:
+  - connection setup: TCP connect + TLS handshake done (time_appconnect), and plain HTTP time to
+    first byte (time_starttransfer), per request;
+  - throughput: a 10 MiB HTTPS download.
+
+  egress_bench.py [--setups N] [--downloads N] [--mib M]   (default 40 setups, 5 downloads, 10 MiB)
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+from benchlib import Deskbox, pct, wait_quiet
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+from fake_internet import FakeInternet  # noqa: E402
+
+VETH = ("vbd0", "vbd1")
+LINK = ("10.99.0.1", "10.99.0.2")
+
+
+def sh(*argv):
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+def slot_netns(dbx):
+    pids = list(dbx.qemu_processes())
+    if len(pids) != 1:
+        raise SystemExit(f"expected one QEMU, found {pids}")
+    out = subprocess.run(["ip", "netns", "identify", str(pids[0])], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def route_directly(ns, up, address):
+    """Forward the guest's traffic for `address` through a veth to the uplink netns."""
+    sh("ip", "-n", ns, "link", "add", VETH[0], "type", "veth", "peer", "name", VETH[1], "netns", up)
+    sh("ip", "-n", ns, "addr", "add", f"{LINK[0]}/30", "dev", VETH[0])
+    sh("ip", "-n", ns, "link", "set", VETH[0], "up")
+    sh("ip", "-n", up, "addr", "add", f"{LINK[1]}/30", "dev", VETH[1])
+    sh("ip", "-n", up, "link", "set", VETH[1], "up")
+    sh("ip", "-n", ns, "route", "add", f"{address}/32", "via", LINK[1])
+    sh("ip", "-n", up, "route", "add", "10.88.0.0/24", "via", LINK[0])
+    sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    rules = f"""insert rule inet deskbox prerouting iif "tap0" ip daddr {address} accept
+insert rule inet deskbox forward iif "tap0" ip daddr {address} accept
+insert rule inet deskbox forward ip saddr {address} oif "tap0" accept
+"""
+    subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules, text=True, check=True)
+
+
+def curl_times(dbx, sid, cmd):
+    r = dbx.post(f"/v1/sandboxes/{sid}/exec", json={"shell": cmd, "timeout_s": 600}, timeout=700).json()
+    if r.get("exit_code") != 0:
+        raise SystemExit(f"`{cmd[:120]}...` failed: {r}")
+    return [[float(x) for x in line.split()] for line in r["stdout"].splitlines() if line.strip()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--setups", type=int, default=40)
+    ap.add_argument("--downloads", type=int, default=5)
+    ap.add_argument("--mib", type=int, default=10)
+    args = ap.parse_args()
+    with FakeInternet(prefix=f"dbxb{os.getpid()}-") as fi:
+        fi.check_no_route_off_machine()
+        with Deskbox(warm_pool=0, jailer_args=["--uplink-netns", fi.netns],
+                     extra_args=["--egress-resolvers", fi.DNS_UPSTREAM,
+                                 "--egress-reachable", f"{fi.REACHABLE_CIDR},{fi.REACHABLE_CIDR6}"]) as dbx:
+            sb = dbx.post("/v1/sandboxes", json={"timeout_s": 3600, "egress": {
+                "default": "deny", "allow": ["allowed.test", "big.test"]}}, timeout=300).json()
+            sid = sb["id"]
+            r = dbx.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ca.pem", data=fi.ca_pem_bytes, timeout=60)
+            if r.status_code >= 300:
+                raise SystemExit(f"upload CA: {r.status_code} {r.text}")
+            route_directly(slot_netns(dbx), fi.netns, fi.BIG)
+            paths = {"proxy": ("allowed.test", fi.ALLOWED), "direct": ("big.test", fi.BIG)}
+            fmt = "%{time_connect} %{time_appconnect} %{time_starttransfer}\\n"
+            # Warm both paths (and the proxy's DNS cache, as a guest that resolved the name has).
+            for host, addr in paths.values():
+                curl_times(dbx, sid, f"curl -sS -o /dev/null --cacert /tmp/ca.pem --resolve {host}:443:{addr} "
+                                     f"-w '{fmt}' https://{host}/warm")
+            wait_quiet()
+            tls = {k: [] for k in paths}
+            http = {k: [] for k in paths}
+            batch = 10
+            for _ in range(max(1, args.setups // batch)):
+                for name, (host, addr) in paths.items():
+                    loop = (f"for i in $(seq {batch}); do curl -sS -o /dev/null --cacert /tmp/ca.pem "
+                            f"--resolve {host}:443:{addr} -w '{fmt}' https://{host}/x; done")
+                    tls[name] += [t[1] for t in curl_times(dbx, sid, loop)]
+                    loop = (f"for i in $(seq {batch}); do curl -sS -o /dev/null --resolve {host}:80:{addr} "
+                            f"-w '{fmt}' http://{host}/x; done")
+                    http[name] += [t[2] for t in curl_times(dbx, sid, loop)]
+            speed = {k: [] for k in paths}
+            size = args.mib << 20
+            for _ in range(args.downloads):
+                for name, (host, addr) in paths.items():
+                    t = curl_times(dbx, sid, f"curl -sS -o /dev/null --cacert /tmp/ca.pem --resolve {host}:443:{addr} "
+                                             f"-w '%{{speed_download}} %{{size_download}}\\n' "
+                                             f"'https://{host}/big?bytes={size}'")
+                    if int(t[0][1]) != size:
+                        raise SystemExit(f"{name}: got {t[0][1]} bytes, wanted {size}")
+                    speed[name].append(t[0][0])
+            hits = [h for h in fi.hits(label="big", path="/x") if h["client"] == "10.88.0.2"]
+            print(f"egress proxy vs direct routing, same guest and server program "
+                  f"({len(tls['proxy'])} setups per path, {args.downloads} downloads of {args.mib} MiB)")
+            print(f"  {'':34} {'proxy':>10} {'direct':>10}")
+            for label, data in (("TLS connect+handshake p50 (ms)", tls), ("HTTP time to first byte p50 (ms)", http)):
+                p, d = pct(data["proxy"], 0.5) * 1000, pct(data["direct"], 0.5) * 1000
+                print(f"  {label:34} {p:10.2f} {d:10.2f}   added {p - d:+.2f} ms")
+            for label, data in (("TLS p90 (ms)", tls), ("HTTP p90 (ms)", http)):
+                print(f"  {label:34} {pct(data['proxy'], 0.9) * 1000:10.2f} {pct(data['direct'], 0.9) * 1000:10.2f}")
+            ps, ds = pct(speed["proxy"], 0.5) / 2**20, pct(speed["direct"], 0.5) / 2**20
+            print(f"  {'HTTPS 10 MiB throughput p50 (MiB/s)':34} {ps:10.2f} {ds:10.2f}   ratio {ps / ds:.2f}x")
+            print(f"  direct requests that reached the server from the guest's own address: {len(hits)}")
+            if not hits:
+                raise SystemExit("the direct path did not reach the server directly")
+
+
+if __name__ == "__main__":
+    main()
