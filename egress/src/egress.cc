@@ -207,17 +207,29 @@ size_t Egress::OpenConnections() const {
 // Uplink sockets and the resolver
 
 awaitable<std::expected<UniqueFd, std::string>> Egress::TakeUplink(bool ipv6, bool udp) {
-  auto& pool = uplink_pool_[{ipv6, udp}];
-  if (pool.empty()) {
-    auto alive = alive_;
+  auto key = std::make_pair(ipv6, udp);
+  auto alive = alive_;
+  if (uplink_pool_[key].empty()) {
     auto fds = co_await uplink_.Open(ipv6, udp, kUplinkBatch);
     if (!*alive) co_return std::unexpected("stopping");
     if (!fds) co_return std::unexpected(fds.error());
-    for (auto& fd : *fds) pool.push_back(std::move(fd));
-    if (pool.empty()) co_return std::unexpected("no uplink socket");
+    for (auto& fd : *fds) uplink_pool_[key].push_back(std::move(fd));
+    if (uplink_pool_[key].empty()) co_return std::unexpected("no uplink socket");
   }
+  auto& pool = uplink_pool_[key];
   UniqueFd fd = std::move(pool.back());
   pool.pop_back();
+  // Refill before the pool runs dry, so a connection rarely waits for the jailer.
+  if (pool.size() < kUplinkBatch / 2 && !uplink_refilling_.count(key)) {
+    uplink_refilling_.insert(key);
+    asio::co_spawn(executor_, [this, key, alive]() -> awaitable<void> {
+      auto fds = co_await uplink_.Open(key.first, key.second, kUplinkBatch);
+      if (!*alive) co_return;
+      uplink_refilling_.erase(key);
+      if (!fds) co_return;  // the next TakeUplink asks again and reports the error
+      for (auto& f : *fds) uplink_pool_[key].push_back(std::move(f));
+    }, asio::detached);
+  }
   co_return fd;
 }
 

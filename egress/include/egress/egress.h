@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <expected>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,7 +120,8 @@ class Egress {
     dns::Response response;
   };
   std::map<std::pair<std::string, uint16_t>, CacheEntry> cache_;
-  std::map<std::pair<bool, bool>, std::vector<UniqueFd>> uplink_pool_;
+  std::map<std::pair<bool, bool>, std::vector<UniqueFd>> uplink_pool_;  // (ipv6, udp) → sockets
+  std::set<std::pair<bool, bool>> uplink_refilling_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
