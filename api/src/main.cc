@@ -8,6 +8,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <sys/resource.h>
+
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -67,6 +69,11 @@ int main(int argc, char** argv) {
   if (::geteuid() == 0)
     return Fail("refusing to run as root: it parses bytes from guests; run it as an unprivileged user "
                 "(scripts/up uses the 'deskbox' user)");
+  // Every proxied egress connection holds two descriptors: use all the process may have.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   std::error_code ec;
   std::filesystem::create_directories(config.state_dir + "/events", ec);
   if (ec) return Fail("state dir " + config.state_dir + ": " + ec.message());

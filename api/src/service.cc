@@ -8,6 +8,7 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 #include <openssl/evp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <deque>
@@ -224,6 +225,9 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
     if (p) eo.resolvers.emplace_back(asio::ip::make_address(p->first), p->second);
   }
   eo.dns_queries_per_second = config_.egress_dns_qps;
+  // Two descriptors per proxied connection; leave room for everything else deskboxd holds.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)
+    eo.max_connections_total = std::max<size_t>(64, (nofile.rlim_cur > 2048 ? nofile.rlim_cur - 2048 : 0) / 2);
   egress_ = std::make_unique<egress::Egress>(executor, static_cast<egress::UplinkSockets&>(*this), events, std::move(eo));
 }
 
@@ -265,6 +269,7 @@ asio::awaitable<void> ApiService::Recover() {
     if (res.adopted) {
       if (auto a = co_await AttachEgress(r.id, r.slot, r.egress_json); !a)
         log::Error(kLog, "sandbox {}: egress not re-attached: {} (its guest reaches nothing)", r.id, a.error());
+      DetachIfGone(r.id);
       r.state = StateName(res.state);
       if (r.state == "running" && r.expires_at_ms == 0) r.expires_at_ms = NowMs() + int64_t{r.timeout_s} * 1000;
       if (r.state == "paused") r.expires_at_ms = 0;
@@ -369,6 +374,13 @@ std::expected<egress::Policy, std::string> ApiService::StoredPolicy(const Sandbo
   auto j = ParseJson(r.egress_json);
   if (!j) return std::unexpected("stored egress policy is not JSON");
   return egress::ParsePolicy(*j, fallback);
+}
+
+void ApiService::DetachIfGone(const std::string& id) {
+  // The VM may have failed while the jailer made the sockets: OnTransition's Detach then came
+  // before the Attach.
+  auto sb = manager_.Find(id);
+  if (!sb || (sb->state != SandboxState::kRunning && sb->state != SandboxState::kPaused)) egress_->Detach(id);
 }
 
 asio::awaitable<std::expected<void, std::string>> ApiService::AttachEgress(const std::string& id, uint32_t slot,
@@ -660,6 +672,7 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
     co_await manager_.Destroy((*sb)->id);
     co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
   }
+  DetachIfGone((*sb)->id);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   metrics_.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path)));
   SandboxRecord r;

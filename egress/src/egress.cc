@@ -39,6 +39,7 @@ constexpr char kLog[] = "egress";
 constexpr int kSoOriginalDst = 80;
 constexpr size_t kCacheEntries = 4096;
 constexpr size_t kUplinkBatch = 8;
+constexpr size_t kMaxCandidates = 8;  // addresses of one name tried per connection
 
 uint16_t RandomId() {
   uint16_t v = 0;
@@ -209,28 +210,32 @@ size_t Egress::OpenConnections() const {
 awaitable<std::expected<UniqueFd, std::string>> Egress::TakeUplink(bool ipv6, bool udp) {
   auto key = std::make_pair(ipv6, udp);
   auto alive = alive_;
-  if (uplink_pool_[key].empty()) {
-    auto fds = co_await uplink_.Open(ipv6, udp, kUplinkBatch);
-    if (!*alive) co_return std::unexpected("stopping");
-    if (!fds) co_return std::unexpected(fds.error());
-    for (auto& fd : *fds) uplink_pool_[key].push_back(std::move(fd));
-    if (uplink_pool_[key].empty()) co_return std::unexpected("no uplink socket");
-  }
   auto& pool = uplink_pool_[key];
-  UniqueFd fd = std::move(pool.back());
-  pool.pop_back();
-  // Refill before the pool runs dry, so a connection rarely waits for the jailer.
-  if (pool.size() < kUplinkBatch / 2 && !uplink_refilling_.count(key)) {
+  // Refill in the background before the pool runs dry, one refill at a time per kind, so a
+  // connection rarely waits for the jailer and bursts do not pile up idle sockets.
+  if (pool.size() <= kUplinkBatch / 2 && !uplink_refilling_.count(key)) {
     uplink_refilling_.insert(key);
     asio::co_spawn(executor_, [this, key, alive]() -> awaitable<void> {
       auto fds = co_await uplink_.Open(key.first, key.second, kUplinkBatch);
       if (!*alive) co_return;
       uplink_refilling_.erase(key);
       if (!fds) co_return;  // the next TakeUplink asks again and reports the error
-      for (auto& f : *fds) uplink_pool_[key].push_back(std::move(f));
+      auto& p = uplink_pool_[key];
+      for (auto& f : *fds)
+        if (p.size() < 2 * kUplinkBatch) p.push_back(std::move(f));
     }, asio::detached);
   }
-  co_return fd;
+  if (!pool.empty()) {
+    UniqueFd fd = std::move(pool.back());
+    pool.pop_back();
+    co_return fd;
+  }
+  // Empty: this connection asks for its own one socket.
+  auto fds = co_await uplink_.Open(ipv6, udp, 1);
+  if (!*alive) co_return std::unexpected("stopping");
+  if (!fds) co_return std::unexpected(fds.error());
+  if (fds->empty()) co_return std::unexpected("no uplink socket");
+  co_return std::move(fds->front());
 }
 
 awaitable<std::expected<dns::Response, std::string>> Egress::QueryUpstream(const std::string& name, uint16_t qtype,
@@ -243,40 +248,38 @@ awaitable<std::expected<dns::Response, std::string>> Egress::QueryUpstream(const
   boost::system::error_code ec;
   sock.connect(server, ec);  // a fresh socket per query: a fresh random source port
   if (ec) co_return std::unexpected(fmt::format("resolver {}: {}", server.address().to_string(), ec.message()));
+  // The deadline races each operation (awaitable ||): no completion handler outlives this frame.
   asio::steady_timer timer(executor_);
   timer.expires_after(options_.dns_timeout);
-  timer.async_wait([&sock](boost::system::error_code e) {
-    if (!e) sock.cancel();
-  });
-  auto [se, sent] = co_await sock.async_send(asio::buffer(query), kTuple);
-  if (se) {
-    timer.cancel();
-    co_return std::unexpected(fmt::format("resolver {}: {}", server.address().to_string(), se.message()));
-  }
+  auto alive = alive_;
+  const std::string where = fmt::format("resolver {}", server.address().to_string());
+  auto sent = co_await (sock.async_send(asio::buffer(query), kTuple) || timer.async_wait(kTuple));
+  if (!*alive) co_return std::unexpected("stopping");
+  if (sent.index() == 1) co_return std::unexpected(where + " did not take the query in time");
+  if (auto [se, n] = std::get<0>(sent); se) co_return std::unexpected(fmt::format("{}: {}", where, se.message()));
   std::vector<uint8_t> buf(dns::kMaxUdpMessage);
   for (;;) {
-    auto [re, n] = co_await sock.async_receive(asio::buffer(buf), kTuple);
-    if (re) {
-      timer.cancel();
-      if (re == asio::error::operation_aborted)
-        co_return std::unexpected(fmt::format("resolver {} did not answer in {} ms", server.address().to_string(),
-                                              options_.dns_timeout.count()));
-      co_return std::unexpected(fmt::format("resolver {}: {}", server.address().to_string(), re.message()));
-    }
+    auto got = co_await (sock.async_receive(asio::buffer(buf), kTuple) || timer.async_wait(kTuple));
+    if (!*alive) co_return std::unexpected("stopping");
+    if (got.index() == 1)
+      co_return std::unexpected(fmt::format("{} did not answer in {} ms", where, options_.dns_timeout.count()));
+    auto [re, n] = std::get<0>(got);
+    if (re) co_return std::unexpected(fmt::format("{}: {}", where, re.message()));
     auto r = dns::ParseResponse(std::span(buf.data(), n), id, name, qtype);
-    if (r) {
-      timer.cancel();
-      co_return r;
-    }
+    if (r) co_return r;
     // Not the answer to this query (wrong id or question): keep waiting for the real one.
   }
 }
 
-awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string name, uint16_t qtype) {
+awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string name, uint16_t qtype, bool* cached) {
   auto key = std::make_pair(name, qtype);
   auto now = Clock::now();
+  if (cached) *cached = false;
   if (auto it = cache_.find(key); it != cache_.end()) {
-    if (it->second.expires > now) co_return it->second.response;
+    if (it->second.expires > now) {
+      if (cached) *cached = true;
+      co_return it->second.response;
+    }
     cache_.erase(it);
   }
   if (options_.resolvers.empty()) co_return std::unexpected("no upstream resolver configured");
@@ -297,13 +300,51 @@ awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string
     for (const auto& rec : r->records) ttl = std::min(ttl, rec.ttl);
     if (r->records.empty()) ttl = 5;
     if (ttl > 0) {
-      if (cache_.size() >= kCacheEntries) cache_.clear();
+      if (cache_.size() >= kCacheEntries) EvictOne();
       cache_[key] = {Clock::now() + std::chrono::seconds(ttl), *r};
     }
     co_return r;
   }
   ++counters_.dns_upstream_failures;
   co_return std::unexpected(last);
+}
+
+bool Egress::UplinkIsThisNetns(int uplink_fd) {
+  if (!uplink_is_this_netns_) {
+    // SO_NETNS_COOKIE (Linux 5.14) names a socket's netns; where it is missing, assume the worst.
+    constexpr int kSoNetnsCookie = 71;
+    uint64_t theirs = 0, ours = 0;
+    socklen_t len = sizeof theirs;
+    UniqueFd probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    bool known = probe && ::getsockopt(uplink_fd, SOL_SOCKET, kSoNetnsCookie, &theirs, &len) == 0 &&
+                 (len = sizeof ours, ::getsockopt(probe.get(), SOL_SOCKET, kSoNetnsCookie, &ours, &len) == 0);
+    uplink_is_this_netns_ = !known || theirs == ours;
+  }
+  return *uplink_is_this_netns_;
+}
+
+bool Egress::IsCached(const std::string& name, uint16_t qtype) const {
+  auto it = cache_.find({name, qtype});
+  return it != cache_.end() && it->second.expires > Clock::now();
+}
+
+void Egress::EvictOne() {
+  // The entry that expires first (an expired one if any): one guest's lookups cannot flush
+  // everything the others resolved.
+  auto victim = cache_.begin();
+  for (auto it = cache_.begin(); it != cache_.end(); ++it)
+    if (it->second.expires < victim->second.expires) victim = it;
+  if (victim != cache_.end()) cache_.erase(victim);
+}
+
+bool Egress::TakeDnsToken(Sandbox& sb) {
+  auto now = Clock::now();
+  double rate = options_.dns_queries_per_second;
+  sb.tokens = std::min(2 * rate, sb.tokens + rate * std::chrono::duration<double>(now - sb.refilled).count());
+  sb.refilled = now;
+  if (sb.tokens < 1) return false;
+  sb.tokens -= 1;
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -318,10 +359,7 @@ awaitable<void> Egress::DnsLoop(std::shared_ptr<Sandbox> sb, bool v6) {
     if (sb->detached || ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) co_return;
     if (ec) continue;  // e.g. ICMP errors from earlier answers
     auto now = Clock::now();
-    double rate = options_.dns_queries_per_second;
-    sb->tokens = std::min(2 * rate, sb->tokens + rate * std::chrono::duration<double>(now - sb->refilled).count());
-    sb->refilled = now;
-    if (sb->tokens < 1 || sb->dns_in_flight >= options_.max_dns_in_flight_per_sandbox) {
+    if (sb->dns_in_flight >= options_.max_dns_in_flight_per_sandbox || !TakeDnsToken(*sb)) {
       ++counters_.dns_rate_limited;
       ++sb->limited_since_report;
       // One event a second at most says how many were dropped: the log must not flood either.
@@ -338,7 +376,6 @@ awaitable<void> Egress::DnsLoop(std::shared_ptr<Sandbox> sb, bool v6) {
       }
       continue;
     }
-    sb->tokens -= 1;
     ++sb->dns_in_flight;
     asio::co_spawn(executor_, AnswerQuery(sb, v6, std::vector<uint8_t>(buf.begin(), buf.begin() + n), from),
                    asio::detached);
@@ -388,19 +425,17 @@ awaitable<void> Egress::AnswerQuery(std::shared_ptr<Sandbox> sb, bool v6, std::v
       auto r = co_await Resolve(q->name, q->qtype);
       if (!*alive || sb->detached) co_return;
       policy = sb->policy;  // it may have changed while resolving
-      if (!r) {
+      if (Verdict again = DecideName(*policy, q->name); !again.allowed) {
+        refuse(again.rule, "policy changed: " + again.reason);
+      } else if (!r) {
         answer = dns::BuildAnswer(*q, dns::kServFail, {});
         d.set_allowed(true);
         d.set_reason(fmt::format("upstream: {}", r.error()));
-        ++counters_.dns_upstream_failures;
       } else {
         std::vector<dns::Record> kept;
         std::string removed;
         for (auto rec : r->records) {
-          std::optional<std::string> why = options_.reachability.Forbidden(rec.address);
-          if (!why) {
-            if (Verdict c = CheckResolvedAddress(*policy, rec.address, 0); !c.allowed) why = c.reason + " " + c.rule;
-          }
+          std::optional<std::string> why = AddressRefusal(*policy, rec.address, 0);
           if (why) {
             if (removed.empty()) removed = fmt::format("{} ({})", rec.address.to_string(), *why);
             continue;
@@ -528,6 +563,13 @@ awaitable<void> IdleWatch(ip::tcp::socket& a, ip::tcp::socket& b, const Clock::t
 }
 }  // namespace
 
+std::optional<std::string> Egress::AddressRefusal(const Policy& p, const ip::address& a, uint16_t port) const {
+  if (InSandboxNetwork(a)) return std::string("the sandbox network's own address");
+  if (auto why = options_.reachability.Forbidden(a)) return *why;
+  if (Verdict c = CheckResolvedAddress(p, a, port); !c.allowed) return c.reason + " " + c.rule;
+  return std::nullopt;
+}
+
 awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest) {
   auto alive = alive_;
   const auto t0 = Clock::now();
@@ -535,11 +577,16 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
   Connection conn;
   conn.guest = &guest;
   struct Registered {
+    Egress& egress;
     Sandbox& sb;
     Connection* c;
-    ~Registered() { sb.connections.erase(c); }
-  } registered{*sb, &conn};
+    ~Registered() {
+      sb.connections.erase(c);
+      --egress.total_connections_;
+    }
+  } registered{*this, *sb, &conn};
   sb->connections.insert(&conn);
+  ++total_connections_;
 
   recorder::v1::EgressDecision d;
   d.set_protocol("tcp");
@@ -563,25 +610,23 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
     deny("limit", fmt::format("more than {} connections open", options_.max_connections_per_sandbox));
     co_return;
   }
+  if (total_connections_ > options_.max_connections_total) {
+    deny("limit", fmt::format("deskboxd has {} egress connections open", options_.max_connections_total));
+    co_return;
+  }
   if (InSandboxNetwork(dst->address())) {
     deny("", "the sandbox network's own addresses are not reachable");
     co_return;
   }
 
-  // What is the client about? Wait for its first bytes (bounded in size and time).
+  // What is the client about? Wait for its first bytes, bounded in size and time. The deadline
+  // races each read (awaitable ||), so nothing outlives this frame.
   std::vector<uint8_t> head;
   head.reserve(4096);
   SniffResult sniff;
   {
-    asio::steady_timer timer(executor_);
-    bool timed_out = false;
-    timer.expires_after(options_.sniff_timeout);
-    timer.async_wait([&](boost::system::error_code ec) {
-      if (!ec) {
-        timed_out = true;
-        guest.cancel();
-      }
-    });
+    asio::steady_timer deadline(executor_);
+    deadline.expires_after(options_.sniff_timeout);
     std::array<uint8_t, 4096> chunk;
     for (;;) {
       sniff = Sniff(head);
@@ -591,24 +636,19 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
         break;
       }
       size_t want = std::min(chunk.size(), kMaxSniffBytes - head.size());
-      auto [ec, n] = co_await guest.async_read_some(asio::buffer(chunk.data(), want), kTuple);
-      if (!*alive) co_return;
-      if (ec) {
-        if (timed_out && head.empty()) {
-          sniff = {SniffKind::kOther, "", ""};  // the server is to speak first
-        } else if (timed_out) {
-          sniff = {SniffKind::kMalformed, "", fmt::format("incomplete request after {} ms", options_.sniff_timeout.count())};
-        } else {
-          timer.cancel();
-          co_return;  // the guest gave up (or deskboxd closed it): nothing was asked
-        }
+      auto got = co_await (guest.async_read_some(asio::buffer(chunk.data(), want), kTuple) ||
+                           deadline.async_wait(kTuple));
+      if (!*alive || sb->detached) co_return;
+      if (got.index() == 1) {
+        if (head.empty()) sniff = {SniffKind::kOther, "", ""};  // the server is to speak first
+        else sniff = {SniffKind::kMalformed, "", fmt::format("incomplete request after {} ms", options_.sniff_timeout.count())};
         break;
       }
+      auto [ec, n] = std::get<0>(got);
+      if (ec) co_return;  // the guest gave up (or deskboxd closed it): nothing was asked
       head.insert(head.end(), chunk.begin(), chunk.begin() + n);
     }
-    timer.cancel();
   }
-  if (sb->detached) co_return;
   d.set_protocol(ProtocolName(sniff.kind));
   if (sniff.kind == SniffKind::kMalformed) {
     deny("", sniff.detail.empty() ? "malformed request" : sniff.detail);
@@ -620,71 +660,76 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
   conn.name = name;
   conn.port = dst->port();
 
+  // The verdict for this connection under policy `p`, before knowing the address dialed.
+  auto decide = [&](const Policy& p) {
+    return name.empty() ? DecideAddressConnection(p, dst->address(), dst->port())
+                        : DecideNamedConnection(p, name, dst->port());
+  };
+
   // The addresses to try, each already checked.
   std::vector<ip::address> candidates;
   std::string rule;
-  {
-    std::shared_ptr<const Policy> policy = sb->policy;
-    if (!name.empty()) {
-      Verdict v = DecideNamedConnection(*policy, name, dst->port());
-      if (!v.allowed) {
-        d.set_address("");
-        deny(v.rule, v.reason);
-        co_return;
-      }
-      rule = v.rule;
-      // The guest's idea of the address is not trusted: resolve the name here, the destination's
-      // family first.
-      std::vector<ip::address> resolved;
-      std::string resolve_error;
-      uint16_t order[2] = {dns::kTypeA, dns::kTypeAaaa};
-      if (v6) std::swap(order[0], order[1]);
-      for (uint16_t qtype : order) {
-        auto r = co_await Resolve(name, qtype);
-        if (!*alive || sb->detached) co_return;
-        if (!r) resolve_error = r.error();
-        else
-          for (const auto& rec : r->records) resolved.push_back(rec.address);
-      }
-      policy = sb->policy;
-      std::string first_refusal;
-      for (const auto& a : resolved) {
-        std::optional<std::string> why = options_.reachability.Forbidden(a);
-        if (!why) {
-          if (Verdict c = CheckResolvedAddress(*policy, a, dst->port()); !c.allowed) why = c.reason + " " + c.rule;
-        }
-        if (why) {
-          if (first_refusal.empty()) first_refusal = fmt::format("{} resolves to {} ({})", name, a.to_string(), *why);
-          continue;
-        }
-        candidates.push_back(a);
-      }
-      if (candidates.empty()) {
-        d.set_address(resolved.empty() ? "" : resolved.front().to_string());
-        deny(rule, !first_refusal.empty() ? first_refusal
-                   : !resolve_error.empty() ? fmt::format("{} did not resolve: {}", name, resolve_error)
-                                            : fmt::format("{} has no address", name));
-        co_return;
-      }
-    } else {
-      if (auto why = options_.reachability.Forbidden(dst->address())) {
-        deny("", fmt::format("{} address", *why));
-        co_return;
-      }
-      Verdict v = DecideAddressConnection(*policy, dst->address(), dst->port());
-      if (!v.allowed) {
-        deny(v.rule, v.reason);
-        co_return;
-      }
-      rule = v.rule;
-      candidates.push_back(dst->address());
+  if (!name.empty()) {
+    Verdict v = decide(*sb->policy);
+    if (!v.allowed) {
+      d.set_address("");
+      deny(v.rule, v.reason);
+      co_return;
     }
+    rule = v.rule;
+    // The guest's idea of the address is not trusted: resolve the name here, the destination's
+    // family first. Lookups that miss the cache count against the sandbox's DNS rate.
+    std::vector<ip::address> resolved;
+    std::string resolve_error;
+    uint16_t order[2] = {dns::kTypeA, dns::kTypeAaaa};
+    if (v6) std::swap(order[0], order[1]);
+    for (uint16_t qtype : order) {
+      if (!IsCached(name, qtype) && !TakeDnsToken(*sb)) {
+        ++counters_.dns_rate_limited;
+        deny("rate limit", fmt::format("over {} DNS queries a second", options_.dns_queries_per_second));
+        co_return;
+      }
+      auto r = co_await Resolve(name, qtype);
+      if (!*alive || sb->detached) co_return;
+      if (!r) resolve_error = r.error();
+      else
+        for (const auto& rec : r->records) resolved.push_back(rec.address);
+    }
+    std::string first_refusal;
+    for (const auto& a : resolved) {
+      if (auto why = AddressRefusal(*sb->policy, a, dst->port())) {
+        if (first_refusal.empty()) first_refusal = fmt::format("{} resolves to {} ({})", name, a.to_string(), *why);
+        continue;
+      }
+      if (candidates.size() < kMaxCandidates) candidates.push_back(a);
+    }
+    if (candidates.empty()) {
+      d.set_address(resolved.empty() ? "" : resolved.front().to_string());
+      deny(rule, !first_refusal.empty() ? first_refusal
+                 : !resolve_error.empty() ? fmt::format("{} did not resolve: {}", name, resolve_error)
+                                          : fmt::format("{} has no address", name));
+      co_return;
+    }
+  } else {
+    if (auto why = options_.reachability.Forbidden(dst->address())) {
+      deny("", fmt::format("{} address", *why));
+      co_return;
+    }
+    Verdict v = decide(*sb->policy);
+    if (!v.allowed) {
+      deny(v.rule, v.reason);
+      co_return;
+    }
+    rule = v.rule;
+    candidates.push_back(dst->address());
   }
   d.set_rule(rule);
 
-  // Dial from the uplink netns, candidates in order.
+  // Dial from the uplink netns, candidates in order, all within one connect timeout.
   std::optional<ip::tcp::socket> upstream;
   std::string dial_error;
+  asio::steady_timer deadline(executor_);
+  deadline.expires_after(options_.connect_timeout);
   for (const auto& a : candidates) {
     auto fd = co_await TakeUplink(a.is_v6(), false);
     if (!*alive || sb->detached) co_return;
@@ -693,22 +738,29 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
       break;
     }
     ip::tcp::socket s(executor_, a.is_v6() ? ip::tcp::v6() : ip::tcp::v4(), fd->release());
-    asio::steady_timer timer(executor_);
-    timer.expires_after(options_.connect_timeout);
-    timer.async_wait([&s](boost::system::error_code ec) {
-      if (!ec) s.cancel();
-    });
-    auto [ec] = co_await s.async_connect({a, dst->port()}, kTuple);
-    timer.cancel();
+    auto got = co_await (s.async_connect({a, dst->port()}, kTuple) || deadline.async_wait(kTuple));
     if (!*alive || sb->detached) co_return;
-    if (!ec) {
-      d.set_address(a.to_string());
-      conn.address = a;
-      upstream.emplace(std::move(s));
+    if (got.index() == 1) {
+      dial_error = fmt::format("connect {}: timed out", a.to_string());
       break;
     }
-    dial_error = fmt::format("connect {}: {}", a.to_string(),
-                             ec == asio::error::operation_aborted ? "timed out" : ec.message());
+    if (auto [ec] = std::get<0>(got); ec) {
+      dial_error = fmt::format("connect {}: {}", a.to_string(), ec.message());
+      continue;
+    }
+    // With the host's own netns as the uplink (the default), the host's addresses are not a way
+    // in: a connection that landed on one (its source is its destination) is refused. A
+    // dedicated uplink netns is the operator's choice of what is there.
+    boost::system::error_code lec;
+    if (UplinkIsThisNetns(s.native_handle()) && s.local_endpoint(lec).address() == a) {
+      d.set_address(a.to_string());
+      deny("", "an address of the uplink network itself");
+      co_return;
+    }
+    d.set_address(a.to_string());
+    conn.address = a;
+    upstream.emplace(std::move(s));
+    break;
   }
   if (!upstream) {
     // Allowed, but the other end could not be reached: say so, and refuse the guest.
@@ -719,6 +771,21 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
     Emit(*sb, d);
     Reset(guest);
     co_return;
+  }
+  // The policy may have changed while resolving or dialing: judge again with the current one.
+  if (Verdict v = decide(*sb->policy); !v.allowed) {
+    boost::system::error_code ignored;
+    upstream->close(ignored);
+    deny(v.rule, "policy changed: " + v.reason);
+    co_return;
+  }
+  if (!name.empty()) {
+    if (auto why = AddressRefusal(*sb->policy, conn.address, dst->port())) {
+      boost::system::error_code ignored;
+      upstream->close(ignored);
+      deny(rule, "policy changed: " + *why);
+      co_return;
+    }
   }
   boost::system::error_code ignored;
   upstream->set_option(ip::tcp::no_delay(true), ignored);

@@ -280,7 +280,9 @@ std::optional<std::string> Reachability::Forbidden(const ip::address& in) const 
       {"192.0.0.0/24", "reserved"},             {"192.168.0.0/16", "private"},
       {"198.18.0.0/15", "reserved"},            {"224.0.0.0/4", "multicast"},
       {"240.0.0.0/4", "reserved"},              {"::/128", "unspecified"},
-      {"::1/128", "loopback"},                  {"100::/64", "reserved"},
+      {"::1/128", "loopback"},                  {"::/96", "reserved (IPv4-compatible)"},
+      {"64:ff9b:1::/48", "reserved (local NAT64)"}, {"2002::/16", "reserved (6to4)"},
+      {"100::/64", "reserved"},
       {"fc00::/7", "private"},                  {"fe80::/10", "link-local"},
       {"fec0::/10", "reserved"},                {"ff00::/8", "multicast"},
   };

@@ -117,10 +117,10 @@ class EgressTest(ApiTestCase):
         return res["exit_code"], res["stdout"], res["stderr"]
 
     def curl(self, sid, url, *args, timeout=20):
-        """curl in the guest: (exit code, body)."""
+        """curl in the guest: (exit code, body, or on failure what went wrong)."""
         quoted = " ".join(f"'{a}'" for a in (*args, url))
-        code, out, err = self.run_in(sid, f"curl -sS -m {timeout} {quoted}", timeout=timeout + 10)
-        return code, out if code == 0 else err
+        res = self.exec_in(sid, shell=f"curl -sS -m {timeout} {quoted}", timeout_s=timeout + 60, timeout=timeout + 90)
+        return res["exit_code"], res["stdout"] if res["exit_code"] == 0 else f"{res['stderr']} {res}"
 
     def upload_ca(self, sid):
         r = self.dbx.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/test-ca.pem", data=self.fi.ca_pem_bytes,

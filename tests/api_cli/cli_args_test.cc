@@ -202,7 +202,7 @@ TEST(Help, Forms) {
 
 TEST(Help, EveryCommandHasUsage) {
   for (const char* name : {"create", "ls", "show", "rm", "pause", "resume", "exec", "cp",
-                           "screenshot", "token", "events", "keys", "templates"}) {
+                           "screenshot", "token", "events", "egress", "keys", "templates"}) {
     auto inv = Parse({name, "--help"});
     ASSERT_FALSE(inv) << name;
     EXPECT_EQ(inv.error().kind, ParseFailure::Kind::kHelp) << name;
@@ -268,6 +268,48 @@ TEST(Create, BadValues) {
             std::string::npos);
   EXPECT_NE(UsageError({"create", "--meta", "novalue"}), "");
   EXPECT_NE(UsageError({"create", "--meta", "=v"}), "");
+}
+
+TEST(Create, EgressPolicyKeepsRuleOrder) {
+  auto c = ParseAs<CreateCommand>({"create", "--egress-default", "deny", "--allow", "z.example",
+                                   "--allow=*.example.com:443", "--deny", "ads.example.com",
+                                   "--allow", "203.0.113.0/24", "--meta", "a=b"});
+  EXPECT_EQ(c.egress.default_action, "deny");
+  EXPECT_EQ(c.egress.allow,
+            (std::vector<std::string>{"z.example", "*.example.com:443", "203.0.113.0/24"}));
+  EXPECT_EQ(c.egress.deny, std::vector<std::string>{"ads.example.com"});
+  auto r = CreateRequest(c);
+  ASSERT_TRUE(r.body);
+  EXPECT_EQ(r.body->at("egress").dump(),
+            R"({"allow":["z.example","*.example.com:443","203.0.113.0/24"],)"
+            R"("default":"deny","deny":["ads.example.com"]})");
+  EXPECT_EQ(r.body->at("metadata"), nlohmann::json::parse(R"({"a":"b"})"));
+}
+
+TEST(Create, EgressOnlyTheFieldsGiven) {
+  EXPECT_EQ(CreateRequest(ParseAs<CreateCommand>({"create", "--deny", "x.example"})).body->dump(),
+            R"({"egress":{"deny":["x.example"]}})");
+  EXPECT_EQ(
+      CreateRequest(ParseAs<CreateCommand>({"create", "--egress-default=allow"})).body->dump(),
+      R"({"egress":{"default":"allow"}})");
+  // Rules are the daemon's to judge: odd ones go through as written.
+  EXPECT_EQ(CreateRequest(ParseAs<CreateCommand>({"create", "--allow", "not a rule"}))
+                .body->at("egress")
+                .dump(),
+            R"({"allow":["not a rule"]})");
+  EXPECT_FALSE(CreateRequest(ParseAs<CreateCommand>({"create"})).body->contains("egress"));
+}
+
+TEST(Create, EgressBadValues) {
+  EXPECT_NE(UsageError({"create", "--egress-default", "block"}).find("not one of deny, allow"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"create", "--egress-default", ""}), "");
+  EXPECT_NE(UsageError({"create", "--allow"}).find("--allow needs a value"), std::string::npos);
+  EXPECT_NE(UsageError({"create", "--deny"}), "");
+  // egress set's spelling is not create's.
+  EXPECT_NE(UsageError({"create", "--default", "deny"}).find("unknown option --default"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"create", "--allow", "\xff.example"}).find("UTF-8"), std::string::npos);
 }
 
 TEST(List, StateFilter) {
@@ -470,6 +512,71 @@ TEST(Events, Requests) {
   EXPECT_NE(UsageError({"events"}), "");
 }
 
+TEST(Egress, Show) {
+  auto c = ParseAs<EgressShowCommand>({"egress", "sb-1"});
+  EXPECT_EQ(c.id, "sb-1");
+  auto r = EgressShowRequest(c.id);
+  EXPECT_EQ(r.method, verb::get);
+  EXPECT_EQ(r.target, "/v1/sandboxes/sb-1/egress");
+  EXPECT_FALSE(r.body);
+  EXPECT_EQ(EgressShowRequest("a/b").target, "/v1/sandboxes/a%2Fb/egress");
+  auto inv = Parse({"egress", "--json", "sb-1"});
+  ASSERT_TRUE(inv);
+  EXPECT_TRUE(inv->global.json);
+}
+
+TEST(Egress, SetKeepsRuleOrder) {
+  auto c = ParseAs<EgressSetCommand>({"egress", "sb-1", "set", "--default", "allow", "--deny",
+                                      "b.example", "--allow", "2001:db8::/32", "--deny=a.example",
+                                      "--allow", "[2001:db8::/32]:443"});
+  EXPECT_EQ(c.id, "sb-1");
+  EXPECT_EQ(c.policy.default_action, "allow");
+  auto r = EgressSetRequest(c);
+  EXPECT_EQ(r.method, verb::put);
+  EXPECT_EQ(r.target, "/v1/sandboxes/sb-1/egress");
+  ASSERT_TRUE(r.body);
+  EXPECT_EQ(r.body->dump(), R"({"allow":["2001:db8::/32","[2001:db8::/32]:443"],)"
+                            R"("default":"allow","deny":["b.example","a.example"]})");
+  // Options may come anywhere among the positionals.
+  auto before = ParseAs<EgressSetCommand>({"egress", "--allow", "x.example", "sb-1", "set"});
+  EXPECT_EQ(EgressSetRequest(before).body->dump(), R"({"allow":["x.example"]})");
+}
+
+TEST(Egress, SetWithNothingSendsEmptyObject) {
+  // The daemon then applies its defaults: its default action and no rules.
+  auto r = EgressSetRequest(ParseAs<EgressSetCommand>({"egress", "sb-1", "set"}));
+  EXPECT_EQ(r.method, verb::put);
+  ASSERT_TRUE(r.body);
+  EXPECT_EQ(r.body->dump(), "{}");
+}
+
+TEST(Egress, BadForms) {
+  EXPECT_NE(UsageError({"egress"}).find("egress: missing ID"), std::string::npos);
+  EXPECT_NE(UsageError({"egress", "set"}).find("egress: missing ID"), std::string::npos);
+  EXPECT_NE(UsageError({"egress", "set", "sb-1"}).find("before set"), std::string::npos);
+  EXPECT_NE(UsageError({"egress", ""}).find("empty ID"), std::string::npos);
+  EXPECT_NE(UsageError({"egress", "", "set"}).find("empty ID"), std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "--allow", "x.example"}).find("egress ID set"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "--default", "deny"}), "");
+  EXPECT_NE(UsageError({"egress", "sb-1", "get"}).find("unknown subcommand \"get\""),
+            std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "set", "x.example"}).find("unexpected argument"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "set", "--default", "maybe"}).find("not one of"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "set", "--allow"}).find("needs a value"),
+            std::string::npos);
+  EXPECT_NE(
+      UsageError({"egress", "sb-1", "set", "--egress-default", "deny"}).find("unknown option"),
+      std::string::npos);
+  EXPECT_NE(UsageError({"egress", "sb-1", "set", "--deny", "a\x80"}).find("UTF-8"),
+            std::string::npos);
+  auto inv = Parse({"egress", "sb-1", "set", "--default", "maybe"});
+  ASSERT_FALSE(inv);
+  EXPECT_TRUE(inv.error().usage.starts_with("usage: deskbox egress")) << inv.error().usage;
+}
+
 TEST(Keys, Subcommands) {
   ParseAs<KeyListCommand>({"keys", "ls"});
   EXPECT_EQ(KeyListRequest().target, "/v1/keys");
@@ -600,6 +707,22 @@ TEST(Output, OtherLists) {
       "accelerator":"kvm"}]})")),
             "NAME        DEFAULT  SCREEN    MEMORY_MIB  VCPUS  ACCEL\n"
             "desktop@ab  yes      1280x800  2048        2      kvm\n");
+}
+
+TEST(Output, EgressPolicy) {
+  EXPECT_EQ(FormatEgressPolicy(Json::parse(R"({"default":"deny",
+      "allow":["example.com","*.example.com:443"],"deny":["ads.example.com"]})")),
+            "default deny\n"
+            "allow example.com\n"
+            "allow *.example.com:443\n"
+            "deny ads.example.com\n");
+  EXPECT_EQ(FormatEgressPolicy(Json::parse(R"({"default":"allow","allow":[],"deny":[]})")),
+            "default allow\n");
+  // Missing or oddly typed fields still print; rules cannot rewrite the terminal.
+  EXPECT_EQ(FormatEgressPolicy(Json::parse(R"({"allow":"x","deny":["a\u001b[2J",7]})")),
+            "default -\n"
+            "deny a\\x1b[2J\n"
+            "deny 7\n");
 }
 
 TEST(Output, ApiErrors) {

@@ -654,6 +654,82 @@ TEST(CliRun, EventsPageThroughTheLog) {
   EXPECT_EQ(reqs[1].target, "/v1/sandboxes/sb-1/events?since=1005&limit=1000");
 }
 
+TEST(CliRun, EgressReadsAndReplacesThePolicy) {
+  constexpr std::string_view kPolicy = R"({"default":"deny",)"
+                                       R"("allow":["example.com","*.example.com:443"],)"
+                                       R"("deny":["ads.example.com"]})";
+  FakeDaemon daemon([&](const Recorded& r, tcp::socket& s) {
+    if (r.method == "PUT" && r.body.find("bad rule") != std::string::npos)
+      SendError(s, 400, "invalid_request", "allow[0]: \"bad rule\" is not a rule");
+    else
+      Send(s, 200, std::string(kPolicy));
+  });
+  Cli cli;
+  const std::string text =
+      "default deny\n"
+      "allow example.com\n"
+      "allow *.example.com:443\n"
+      "deny ads.example.com\n";
+  auto show = cli.Run({"egress", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_EQ(show.out, text);
+  auto set = cli.Run({"egress", "sb-1", "set", "--allow", "example.com", "--allow",
+                      "*.example.com:443", "--deny", "ads.example.com"},
+                     EnvFor(daemon));
+  EXPECT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_EQ(set.out, text);
+  auto as_json = cli.Run({"--json", "egress", "sb-1", "set"}, EnvFor(daemon));
+  EXPECT_EQ(as_json.exit_code, 0) << as_json.err;
+  EXPECT_EQ(as_json.out, ordered_json::parse(kPolicy).dump(2) + "\n");  // daemon's key order
+  auto refused = cli.Run({"egress", "sb-1", "set", "--allow", "bad rule"}, EnvFor(daemon));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.out, "");
+  EXPECT_EQ(refused.err, "deskbox: invalid_request: allow[0]: \"bad rule\" is not a rule\n");
+
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].target, "/v1/sandboxes/sb-1/egress");
+  EXPECT_EQ(reqs[0].body, "");
+  EXPECT_EQ(reqs[1].method, "PUT");
+  EXPECT_EQ(reqs[1].target, "/v1/sandboxes/sb-1/egress");
+  EXPECT_EQ(reqs[1].content_type, "application/json");
+  EXPECT_EQ(json::parse(reqs[1].body), json::parse(R"({"allow":["example.com",)"
+                                                   R"("*.example.com:443"],)"
+                                                   R"("deny":["ads.example.com"]})"));
+  EXPECT_EQ(reqs[2].method, "PUT");
+  EXPECT_EQ(reqs[2].body, "{}");
+
+  auto usage = cli.Run({"egress"}, EnvFor(daemon));
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("deskbox: egress: missing ID"), std::string::npos) << usage.err;
+  EXPECT_NE(usage.err.find("usage: deskbox egress"), std::string::npos) << usage.err;
+  auto help = cli.Run({"egress", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(help.out.starts_with("usage: deskbox egress ID")) << help.out;
+  EXPECT_EQ(daemon.requests().size(), 4u);
+}
+
+TEST(CliRun, CreateSendsTheEgressPolicy) {
+  FakeDaemon daemon([](const Recorded&, tcp::socket& s) {
+    Send(s, 201, MakeSandbox("sb-new", "running").dump());
+  });
+  Cli cli;
+  auto r = cli.Run(
+      {"create", "--egress-default", "deny", "--allow", "b.example", "--allow", "a.example"},
+      EnvFor(daemon));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "sb-new\n");
+  auto bad = cli.Run({"create", "--egress-default", "open"}, EnvFor(daemon));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--egress-default: \"open\" is not one of deny, allow"), std::string::npos)
+      << bad.err;
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(json::parse(reqs[0].body),
+            json::parse(R"({"egress":{"default":"deny","allow":["b.example","a.example"]}})"));
+}
+
 TEST(CliRun, TokensAndKeysPrintTheSecretOnce) {
   FakeDaemon daemon([](const Recorded& r, tcp::socket& s) {
     if (r.target == "/v1/keys" && r.method == "POST")

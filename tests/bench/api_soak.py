@@ -7,6 +7,7 @@ directories before and after. Nothing may grow.
 """
 
 import argparse
+import glob
 import subprocess
 import time
 
@@ -28,6 +29,21 @@ def snapshot(dbx):
     }
 
 
+def failure_report(dbx, what):
+    """What the deployment knew when a cycle failed: its logs and the failing guest's console."""
+    def tail(path, n=60, skip=" INFO api: req_"):
+        try:
+            lines = [l for l in open(path, errors="replace").read().splitlines() if skip not in l]
+        except OSError as e:
+            return f"({e})"
+        return "\n".join(lines[-n:])
+    out = [what, f"---- {dbx.daemon_log}", tail(dbx.daemon_log), f"---- {dbx.jailer_log}", tail(dbx.jailer_log, 30)]
+    for log in sorted(glob.glob(str(dbx.jailer_state / "slots" / "*" / "*.log"))):
+        out += [f"---- {log}", tail(log, 25)]
+    out.append(f"---- now: {snapshot(dbx)}")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=200)
@@ -45,16 +61,16 @@ def main():
         for i in range(args.cycles):
             r = dbx.post("/v1/sandboxes", json={"timeout_s": 600}, timeout=300)
             if r.status_code != 201:
-                raise SystemExit(f"cycle {i}: create {r.status_code} {r.text}")
+                raise SystemExit(failure_report(dbx, f"cycle {i}: create {r.status_code} {r.text}"))
             sid = r.json()["id"]
             e = dbx.post(f"/v1/sandboxes/{sid}/exec", json={"argv": ["true"]}, timeout=120)
             if e.status_code != 200:
-                raise SystemExit(f"cycle {i}: exec {e.status_code} {e.text}")
+                raise SystemExit(failure_report(dbx, f"cycle {i}: exec {e.status_code} {e.text}"))
             d = dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
             if d.status_code != 204:
-                raise SystemExit(f"cycle {i}: delete {d.status_code} {d.text}")
+                raise SystemExit(failure_report(dbx, f"cycle {i}: delete {d.status_code} {d.text}"))
             if (i + 1) % 20 == 0:
-                print(f"{i + 1} cycles, {time.monotonic() - t0:.0f} s", flush=True)
+                print(f"{i + 1} cycles, {time.monotonic() - t0:.0f} s: {snapshot(dbx)}", flush=True)
         wait_warm(dbx, args.warm_pool)
         wait_quiet()
         time.sleep(2)

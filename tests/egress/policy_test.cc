@@ -161,7 +161,10 @@ TEST(CidrTest, V4MappedV6IsTheV4Address) {
   EXPECT_TRUE(c.Contains(Addr("::ffff:10.1.2.3")));
   EXPECT_FALSE(c.Contains(Addr("::ffff:11.1.2.3")));
   EXPECT_TRUE(MustCidr("10.1.2.3").Contains(Addr("::ffff:10.1.2.3")));
-  // Only the v4-mapped form: an IPv4-compatible or NAT64 address is not the v4 address here.
+  // NAT64 (64:ff9b::/96) reaches the v4 address too; the deprecated IPv4-compatible form does not
+  // (the address guard refuses ::/96 as reserved).
+  EXPECT_TRUE(c.Contains(Addr("64:ff9b::10.1.2.3")));
+  EXPECT_FALSE(c.Contains(Addr("64:ff9b::11.1.2.3")));
   EXPECT_FALSE(c.Contains(Addr("::10.1.2.3")));
   // A v6 CIDR over the mapped range holds mapped addresses.
   EXPECT_TRUE(MustCidr("::ffff:10.0.0.0/104").Contains(Addr("::ffff:10.9.9.9")));
@@ -343,6 +346,8 @@ TEST(ParseRuleTest, Refusals) {
       {"10.1.2.3/8", "host bits"},
       {"[2001:db8::1/32]:443", "host bits"},
       {"10.0.0.0/33", "prefix length"},
+      {"[example.com]:443", "IPv6 addresses only"},
+      {"[10.0.0.0/8]:80", "IPv6 addresses only"},
       {"10.0.0", "not an IP address"},
       {"example.com:443:80", "not an IP address"},
   };
@@ -641,6 +646,9 @@ TEST(ReachabilityTest, ForbiddenRanges) {
       {"64:ff9b::a00:1", "private"},
       {"64:ff9b::7f00:1", "loopback"},
       {"64:ff9b::a9fe:a9fe", "cloud metadata"},
+      {"::7f00:1", "reserved (IPv4-compatible)"},
+      {"64:ff9b:1::1", "reserved (local NAT64)"},
+      {"2002:a00:1::1", "reserved (6to4)"},
   };
   for (const auto& c : cases) {
     auto why = guard.Forbidden(Addr(c.address));

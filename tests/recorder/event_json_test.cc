@@ -41,7 +41,7 @@ TEST(EventJson, EveryKindRendersItsFieldsUnderItsName) {
       {"cdp", {"method", "session_id", "notable", "note"}},
       {"egress",
        {"protocol", "name", "address", "port", "allowed", "rule", "reason", "bytes_up",
-        "bytes_down", "duration_ms"}},
+        "bytes_down", "duration_ms", "query_type", "phase"}},
       {"exec",
        {"argv", "shell", "exit_code", "signal", "duration_ms", "timed_out", "stdout_bytes",
         "stderr_bytes"}},

@@ -88,7 +88,8 @@ std::string NetnsRuleset() {
   // proxy reads the original destination and decides), or UDP 53, sent to deskboxd's DNS
   // responder here. Everything else — other UDP (QUIC included), ICMP, other protocols — is
   // refused at once (RST / ICMP admin-prohibited, so programs fail fast instead of waiting for
-  // timeouts) and logged to NFLOG group kNflogGroup, which deskboxd reads into the sandbox's audit
+  // timeouts) and logged to NFLOG group kNflogGroup (IPv6 neighbour discovery and MLD are dropped
+  // quietly: both neighbour entries are pinned, and they would only be noise in the log), which deskboxd reads into the sandbox's audit
   // log. deskboxd's own connections to the guest's RFB and CDP ports are the only traffic into
   // the guest.
   return fmt::format(R"(table inet deskbox {{
@@ -97,6 +98,7 @@ std::string NetnsRuleset() {
     iif != "tap0" accept
     meta l4proto tcp accept
     udp dport 53 accept
+    icmpv6 type {{ nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert, mld-listener-report, mld2-listener-report }} drop
     counter limit rate 20/second burst 40 packets log prefix "refused" group {group}
     reject with icmpx type admin-prohibited
   }}
@@ -559,7 +561,9 @@ std::expected<UniqueFd, std::string> BoundSocket(bool v6, bool udp, uint16_t por
   UniqueFd s(::socket(v6 ? AF_INET6 : AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s) return std::unexpected(fmt::format("socket: {}", ErrnoString(errno)));
   int one = 1;
-  ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // TCP: rebind while old connections linger (a restarted deskboxd). Not UDP, where it would let
+  // a second socket share the port.
+  if (!udp) ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   int rc;
   if (v6) {
     ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);

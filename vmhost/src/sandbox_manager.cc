@@ -544,6 +544,33 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Transition(Sandbox
 }
 
 asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::Create() {
+  // A restore done for this request (nothing warm) can fail in the guest under emulation — a
+  // browser that does not come back from its refresh in time. Such a VM is thrown away and the
+  // restore done once more, in a fresh slot, before the client is told.
+  auto alive = alive_;
+  bool warm = false;
+  auto r = co_await CreateOnce(&warm);
+  if (r || warm || !*alive) co_return r;
+  auto code = r.error().code;
+  if (code != VmError::Code::kTimeout && code != VmError::Code::kGuest && code != VmError::Code::kAgent) co_return r;
+  log::Warn(kLog, "create: restore failed ({}); restoring again in another slot", r.error().message);
+  co_return co_await CreateOnce(&warm);
+}
+
+asio::awaitable<void> SandboxManager::LogGuestState(Sandbox& sb, std::string_view why) {
+  if (!sb.agent) co_return;
+  agent::v1::Request req;
+  auto* e = req.mutable_exec();
+  e->add_argv("/bin/sh");
+  e->add_argv("-c");
+  e->add_argv("tail -n 15 /run/deskbox/log/chromium.log 2>&1; echo; pgrep -c chromium; cat /proc/loadavg");
+  e->set_timeout_s(10);
+  auto r = co_await sb.agent->Call(std::move(req), 15s);
+  std::string out = r ? r->exec().stdout().substr(0, 2000) : "agent: " + r.error().message;
+  log::Warn(kLog, "slot {}: {}; guest state: {}", sb.slot, why, out);
+}
+
+asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::CreateOnce(bool* warm) {
   std::shared_ptr<Sandbox> sb;
   CreatePath path;
   if (!warm_.empty()) {
@@ -568,6 +595,7 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
     }
   }
   KickRefill();
+  *warm = path == CreatePath::kWarm;
   sb->id = NewId();
   sb->path = path;
   sb->created_at = std::chrono::system_clock::now();
@@ -575,10 +603,20 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   sandboxes_[sb->id] = sb;
   WatchQemu(sb);
   auto fail = [&](VmError e) -> asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> {
+    if (e.code == VmError::Code::kTimeout || e.code == VmError::Code::kGuest) co_await LogGuestState(*sb, e.message);
     sb->failure = e.message;
     if (sb->state != SandboxState::kFailed) co_await Transition(*sb, SandboxState::kFailed);
+    sandboxes_.erase(sb->id);  // no client has seen its id
     co_return std::unexpected(std::move(e));
   };
+  // While a client waits on a restore, pool refills hold theirs back: under emulation two
+  // restores and browser refreshes at once on two cores have starved each other past a minute.
+  struct ClientRestore {
+    size_t& n;
+    bool on;
+    ~ClientRestore() { if (on) --n; }
+  } client_restore{client_restores_, path != CreatePath::kWarm};
+  if (client_restore.on) ++client_restores_;
   if (path != CreatePath::kWarm) {
     auto r = co_await Restore(*sb);
     if (!r) co_return co_await fail(r.error());
@@ -680,6 +718,8 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
           failed = true;
         }
       }
+      while (sb && *alive && !shutting_down_ && client_restores_ > 0) co_await Sleep(100ms);
+      if (!*alive) co_return;
       if (sb && *alive) {
         auto r = co_await Restore(*sb);
         if (r && *alive) r = co_await HandOut(*sb);

@@ -13,6 +13,7 @@ constexpr std::string_view kGlobalUsage =
 
 Sandboxes:
   create [--template T] [--resolution WxH] [--timeout S] [--on-timeout pause|stop] [--meta K=V]...
+         [--egress-default deny|allow] [--allow RULE]... [--deny RULE]...
   ls [--state STATE]
   show ID
   rm ID...
@@ -24,6 +25,9 @@ Sandboxes:
   cp ID:/PATH LOCAL           download ('-' writes stdout)
   screenshot ID -o FILE [--format png|jpeg]
   events ID [--since SEQ] [--follow]
+  egress ID                   print what the sandbox may reach
+  egress ID set [--default deny|allow] [--allow RULE]... [--deny RULE]...
+                              replace the whole egress policy
   templates
 Access:
   token ID --scope view|control|cdp [--ttl S]
@@ -52,6 +56,12 @@ Creates a sandbox and prints its id.
   --timeout S           seconds until --on-timeout applies (1..604800)
   --on-timeout ACTION   pause (default) or stop
   --meta K=V            metadata entry; repeatable
+  --egress-default ACTION
+                        deny or allow what no egress rule matches (default: the daemon's,
+                        deny unless its operator chose otherwise)
+  --allow RULE          egress rule to admit; repeatable (see `deskbox egress --help`)
+  --deny RULE           egress rule to refuse, checked before --allow; repeatable
+Without any of the last three the sandbox gets the daemon's default policy.
 )";
 constexpr std::string_view kListUsage = R"(usage: deskbox ls [--state STATE]
 Lists sandboxes: all but stopped ones, or those in STATE
@@ -110,6 +120,22 @@ Prints the sandbox's events after SEQ, one JSON object per line (with or without
   --since SEQ   start after this sequence number (default 0: from the start)
   --follow      keep printing new events until the sandbox stops or deskbox is interrupted
 )";
+constexpr std::string_view kEgressUsage = R"(usage: deskbox egress ID
+       deskbox egress ID set [--default deny|allow] [--allow RULE]... [--deny RULE]...
+Prints what the sandbox may reach over the network (docs/egress.md): a line "default ACTION",
+then "allow RULE" lines, then "deny RULE" lines.
+`set` replaces the WHOLE policy with the one given here and prints the result: a list not
+given becomes empty, and without --default the daemon's default applies (deny unless its
+operator chose otherwise), not the old one. `set` alone leaves just that default. It takes
+effect at once: live connections the new policy refuses are cut. Needs an API key (a control
+token may only read the policy).
+  --default ACTION   deny or allow what no rule matches
+  --allow RULE       admit what RULE matches; repeatable, kept in order
+  --deny RULE        refuse what RULE matches, checked before --allow; repeatable
+RULE: a name (example.com), the names below one (*.example.com), or an address or CIDR
+(203.0.113.7, 203.0.113.0/24, 2001:db8::/32), each optionally with ports (example.com:443,
+203.0.113.0/24:80,8000-8100, [2001:db8::/32]:443). The daemon checks the rules.
+)";
 constexpr std::string_view kKeysUsage = R"(usage: deskbox keys ls
        deskbox keys create NAME
        deskbox keys rm KEY_ID
@@ -129,10 +155,19 @@ struct CommandInfo {
   std::string_view usage;
 };
 constexpr CommandInfo kCommands[] = {
-    {"create", kCreateUsage},       {"ls", kListUsage},       {"show", kShowUsage},
-    {"rm", kRemoveUsage},           {"pause", kPauseUsage},   {"resume", kResumeUsage},
-    {"exec", kExecUsage},           {"cp", kCopyUsage},       {"screenshot", kScreenshotUsage},
-    {"token", kTokenUsage},         {"events", kEventsUsage}, {"keys", kKeysUsage},
+    {"create", kCreateUsage},
+    {"ls", kListUsage},
+    {"show", kShowUsage},
+    {"rm", kRemoveUsage},
+    {"pause", kPauseUsage},
+    {"resume", kResumeUsage},
+    {"exec", kExecUsage},
+    {"cp", kCopyUsage},
+    {"screenshot", kScreenshotUsage},
+    {"token", kTokenUsage},
+    {"events", kEventsUsage},
+    {"egress", kEgressUsage},
+    {"keys", kKeysUsage},
     {"templates", kTemplatesUsage},
 };
 
@@ -255,6 +290,26 @@ auto AddPair(std::map<std::string, std::string>& out) {
   };
 }
 
+// Appends each value, in the order given; for repeatable options whose order matters.
+auto Append(std::vector<std::string>& out) {
+  return [&out](std::string_view v) -> std::optional<std::string> {
+    out.emplace_back(v);
+    return std::nullopt;
+  };
+}
+
+// The egress policy options of create (`default_flag` --egress-default) and egress set
+// (--default). The default's value lands in `default_action` (empty when not given) for the
+// caller to copy into `policy`, as SetOneOf fills a std::string.
+std::vector<Option> EgressOptions(std::string_view default_flag, std::string& default_action,
+                                  EgressPolicyArgs& policy) {
+  return {
+      {default_flag, "", true, SetOneOf(default_action, {"deny", "allow"})},
+      {"--allow", "", true, Append(policy.allow)},
+      {"--deny", "", true, Append(policy.deny)},
+  };
+}
+
 // Global options as given on the command line, resolved against the environment at the end.
 struct RawGlobals {
   std::optional<std::string> url, key, key_file;
@@ -307,6 +362,13 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+bool RulesAreText(const EgressPolicyArgs& policy) {
+  for (const auto* rules : {&policy.allow, &policy.deny})
+    for (const auto& rule : *rules)
+      if (!IsValidUtf8(rule)) return false;
+  return true;
+}
+
 std::expected<Resolution, std::string> ParseResolution(std::string_view text) {
   auto x = text.find('x');
   if (x == std::string_view::npos) return std::unexpected(std::string("expected WIDTHxHEIGHT"));
@@ -335,6 +397,7 @@ class CommandParser {
     if (name_ == "screenshot") return ParseScreenshot(args);
     if (name_ == "token") return ParseToken(args);
     if (name_ == "events") return ParseEvents(args);
+    if (name_ == "egress") return ParseEgress(args);
     if (name_ == "keys") return ParseKeys(args);
     if (name_ == "templates") {
       auto s = ScanOrFail(args, {});
@@ -381,27 +444,33 @@ class CommandParser {
   std::expected<Command, ParseFailure> ParseCreate(std::span<const std::string> args) {
     CreateCommand c;
     std::string on_timeout;
+    std::string egress_default;
     std::optional<std::string> resolution_error;
-    auto pos =
-        ScanOrFail(args, {
-                             {"--template", "", true, SetString(c.template_name)},
-                             {"--resolution", "", true,
-                              [&c](std::string_view v) -> std::optional<std::string> {
-                                auto r = ParseResolution(v);
-                                if (!r) return r.error();
-                                c.resolution = *r;
-                                return std::nullopt;
-                              }},
-                             {"--timeout", "", true, SetCount(c.timeout_s)},
-                             {"--on-timeout", "", true, SetOneOf(on_timeout, {"pause", "stop"})},
-                             {"--meta", "", true, AddPair(c.metadata)},
-                         });
+    std::vector<Option> options = {
+        {"--template", "", true, SetString(c.template_name)},
+        {"--resolution", "", true,
+         [&c](std::string_view v) -> std::optional<std::string> {
+           auto r = ParseResolution(v);
+           if (!r) return r.error();
+           c.resolution = *r;
+           return std::nullopt;
+         }},
+        {"--timeout", "", true, SetCount(c.timeout_s)},
+        {"--on-timeout", "", true, SetOneOf(on_timeout, {"pause", "stop"})},
+        {"--meta", "", true, AddPair(c.metadata)},
+    };
+    for (auto& o : EgressOptions("--egress-default", egress_default, c.egress))
+      options.push_back(std::move(o));
+    auto pos = ScanOrFail(args, std::move(options));
     if (!pos) return std::unexpected(pos.error());
     if (auto f = Count(*pos, 0, "")) return std::unexpected(*f);
     if (!on_timeout.empty()) c.on_timeout = on_timeout;
+    if (!egress_default.empty()) c.egress.default_action = egress_default;
     bool text = !c.template_name || IsValidUtf8(*c.template_name);
     for (const auto& [k, v] : c.metadata) text = text && IsValidUtf8(k) && IsValidUtf8(v);
     if (!text) return std::unexpected(Usage("create: --template and --meta must be UTF-8", usage_));
+    if (!RulesAreText(c.egress))
+      return std::unexpected(Usage("create: --allow and --deny rules must be UTF-8", usage_));
     return c;
   }
 
@@ -575,6 +644,36 @@ class CommandParser {
     if (auto f = Count(*pos, 1, "ID")) return std::unexpected(*f);
     c.id = (*pos)[0];
     return c;
+  }
+
+  // `egress ID` reads the policy, `egress ID set [OPTIONS]` replaces it.
+  std::expected<Command, ParseFailure> ParseEgress(std::span<const std::string> args) {
+    EgressPolicyArgs policy;
+    std::string default_action;
+    auto pos = ScanOrFail(args, EgressOptions("--default", default_action, policy));
+    if (!pos) return std::unexpected(pos.error());
+    if (pos->empty() || (pos->size() == 1 && (*pos)[0] == "set"))
+      return std::unexpected(Usage("egress: missing ID", usage_));
+    if ((*pos)[0] == "set")
+      return std::unexpected(
+          Usage("egress: the ID comes before set: deskbox egress ID set [OPTIONS]", usage_));
+    if (pos->size() == 1) {
+      if (auto f = Count(*pos, 1, "ID")) return std::unexpected(*f);
+      if (!default_action.empty() || policy.given())
+        return std::unexpected(
+            Usage("egress: --default, --allow and --deny change the policy: deskbox egress ID "
+                  "set [OPTIONS]",
+                  usage_));
+      return EgressShowCommand{(*pos)[0]};
+    }
+    if ((*pos)[1] != "set")
+      return std::unexpected(Usage(
+          fmt::format("egress: unknown subcommand \"{}\" (expected set)", (*pos)[1]), usage_));
+    if (auto f = Count(*pos, 2, "ID")) return std::unexpected(*f);
+    if (!default_action.empty()) policy.default_action = default_action;
+    if (!RulesAreText(policy))
+      return std::unexpected(Usage("egress: --allow and --deny rules must be UTF-8", usage_));
+    return EgressSetCommand{(*pos)[0], std::move(policy)};
   }
 
   std::expected<Command, ParseFailure> ParseKeys(std::span<const std::string> args) {

@@ -110,6 +110,12 @@ class Runner {
     return r ? 0 : r.error();
   }
   int operator()(const EventsCommand& c) { return c.follow ? FollowEvents(c) : ListEvents(c); }
+  int operator()(const EgressShowCommand& c) {
+    return PrintResult(Call(EgressShowRequest(c.id)), FormatEgressPolicy);
+  }
+  int operator()(const EgressSetCommand& c) {
+    return PrintResult(Call(EgressSetRequest(c)), FormatEgressPolicy);
+  }
   int operator()(const KeyListCommand&) {
     return PrintResult(Call(KeyListRequest()), FormatKeyList);
   }

@@ -144,6 +144,13 @@ std::string FormatTemplateList(const Json& response) {
   return FormatTable(rows);
 }
 
+std::string FormatEgressPolicy(const Json& policy) {
+  std::string out = fmt::format("default {}\n", Scalar(Field(policy, "default")));
+  for (std::string_view list : {"allow", "deny"})
+    for (const Json& rule : Array(policy, list)) out += fmt::format("{} {}\n", list, Scalar(rule));
+  return out;
+}
+
 std::string FormatApiError(unsigned status, std::string_view reason, std::string_view body) {
   Json parsed = Json::parse(body, nullptr, false);
   const Json& error = Field(parsed, "error");

@@ -13,6 +13,15 @@ namespace {
 std::string SandboxPath(std::string_view id, std::string_view rest = {}) {
   return fmt::format("/v1/sandboxes/{}{}", PercentEncode(id), rest);
 }
+
+// An EgressPolicyInput with only the fields given.
+json EgressBody(const EgressPolicyArgs& policy) {
+  json body = json::object();
+  if (policy.default_action) body["default"] = *policy.default_action;
+  if (!policy.allow.empty()) body["allow"] = policy.allow;
+  if (!policy.deny.empty()) body["deny"] = policy.deny;
+  return body;
+}
 }  // namespace
 
 ApiRequest CreateRequest(const CreateCommand& c) {
@@ -23,6 +32,7 @@ ApiRequest CreateRequest(const CreateCommand& c) {
   if (c.timeout_s) body["timeout_s"] = *c.timeout_s;
   if (c.on_timeout) body["on_timeout"] = *c.on_timeout;
   if (!c.metadata.empty()) body["metadata"] = c.metadata;
+  if (c.egress.given()) body["egress"] = EgressBody(c.egress);
   return {verb::post, "/v1/sandboxes", std::move(body)};
 }
 
@@ -95,6 +105,13 @@ ApiRequest EventsRequest(std::string_view id, uint64_t since, bool follow) {
   std::string query = follow ? fmt::format("?since={}&follow=1", since)
                              : fmt::format("?since={}&limit={}", since, kEventsPageLimit);
   return {verb::get, SandboxPath(id, "/events" + query), std::nullopt};
+}
+
+ApiRequest EgressShowRequest(std::string_view id) {
+  return {verb::get, SandboxPath(id, "/egress"), std::nullopt};
+}
+ApiRequest EgressSetRequest(const EgressSetCommand& c) {
+  return {verb::put, SandboxPath(c.id, "/egress"), EgressBody(c.policy)};
 }
 
 ApiRequest KeyListRequest() {

@@ -124,6 +124,7 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   boost::asio::awaitable<std::expected<void, std::string>> AttachEgress(const std::string& id, uint32_t slot,
                                                                       const std::string& policy_json);
   std::expected<egress::Policy, std::string> StoredPolicy(const SandboxRecord& r) const;
+  void DetachIfGone(const std::string& id);
 
   boost::asio::any_io_executor executor_;
   vmhost::SandboxManager& manager_;

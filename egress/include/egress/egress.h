@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <expected>
 #include <map>
+#include <optional>
 #include <set>
 #include <memory>
 #include <string>
@@ -46,7 +47,8 @@ struct EgressOptions {
   std::chrono::seconds idle_timeout{900};
   uint32_t dns_queries_per_second = 100;  // per sandbox, with a burst of twice that
   uint32_t answer_ttl_max_s = 30;         // what the guest is told (policy changes must bite soon)
-  size_t max_connections_per_sandbox = 512;
+  size_t max_connections_per_sandbox = 256;
+  size_t max_connections_total = 4096;  // all sandboxes: two descriptors each
   size_t max_dns_in_flight_per_sandbox = 64;
 };
 
@@ -92,7 +94,9 @@ class Egress {
   const EgressOptions& options() const { return options_; }
 
   // The upstream resolver, cached (TTL, at most 5 minutes; NXDOMAIN 5 s; at most 4096 entries).
-  boost::asio::awaitable<std::expected<dns::Response, std::string>> Resolve(std::string name, uint16_t qtype);
+  // `cached` (if given) says whether the answer came from the cache.
+  boost::asio::awaitable<std::expected<dns::Response, std::string>> Resolve(std::string name, uint16_t qtype,
+                                                                            bool* cached = nullptr);
 
   struct Sandbox;
   struct Connection;
@@ -108,6 +112,12 @@ class Egress {
   boost::asio::awaitable<void> AnswerQuery(std::shared_ptr<Sandbox> sb, bool v6, std::vector<uint8_t> query,
                                            boost::asio::ip::udp::endpoint from);
   void Emit(const Sandbox& sb, recorder::v1::EgressDecision d);
+  void EvictOne();
+  bool IsCached(const std::string& name, uint16_t qtype) const;
+  bool UplinkIsThisNetns(int uplink_fd);
+  bool TakeDnsToken(Sandbox& sb);
+  // Why the proxy may not dial `a` (sandbox network, address guard, deny rules), or nullopt.
+  std::optional<std::string> AddressRefusal(const Policy& p, const boost::asio::ip::address& a, uint16_t port) const;
 
   boost::asio::any_io_executor executor_;
   UplinkSockets& uplink_;
@@ -122,6 +132,8 @@ class Egress {
   std::map<std::pair<std::string, uint16_t>, CacheEntry> cache_;
   std::map<std::pair<bool, bool>, std::vector<UniqueFd>> uplink_pool_;  // (ipv6, udp) → sockets
   std::set<std::pair<bool, bool>> uplink_refilling_;
+  size_t total_connections_ = 0;
+  std::optional<bool> uplink_is_this_netns_;  // learned from the first uplink socket
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -139,6 +139,9 @@ class SandboxManager {
   const std::string& accelerator() const { return accelerator_; }
 
  private:
+  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> CreateOnce(bool* warm);
+  // Logs the guest's browser log tail and load, for a failure to explain itself.
+  boost::asio::awaitable<void> LogGuestState(Sandbox& sb, std::string_view why);
   boost::asio::awaitable<std::expected<uint32_t, VmError>> TakeNetworkSlot();
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
@@ -176,6 +179,7 @@ class SandboxManager {
   bool refill_exited_ = false;
   bool shutting_down_ = false;
   TransitionObserver observer_;
+  size_t client_restores_ = 0;  // creates restoring for a waiting client (refills hold back)
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

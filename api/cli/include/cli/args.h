@@ -35,12 +35,23 @@ struct Resolution {
   uint32_t height = 0;
 };
 
+// An egress policy from the command line (docs/egress.md). Only what was given goes into the
+// request, so the daemon's defaults apply to the rest. Rules are sent as written, in order:
+// the daemon validates them.
+struct EgressPolicyArgs {
+  std::optional<std::string> default_action;  // "deny" | "allow"
+  std::vector<std::string> allow;
+  std::vector<std::string> deny;
+  bool given() const { return default_action || !allow.empty() || !deny.empty(); }
+};
+
 struct CreateCommand {
   std::optional<std::string> template_name;
   std::optional<Resolution> resolution;
   std::optional<uint64_t> timeout_s;
   std::optional<std::string> on_timeout;  // "pause" | "stop"
   std::map<std::string, std::string> metadata;
+  EgressPolicyArgs egress;  // sent only when given()
 };
 struct ListCommand {
   std::optional<std::string> state;
@@ -97,6 +108,14 @@ struct EventsCommand {
   uint64_t since = 0;
   bool follow = false;
 };
+struct EgressShowCommand {
+  std::string id;
+};
+// Replaces the whole policy: fields not given take the daemon's defaults, not the old values.
+struct EgressSetCommand {
+  std::string id;
+  EgressPolicyArgs policy;
+};
 struct KeyListCommand {};
 struct KeyCreateCommand {
   std::string name;
@@ -106,11 +125,11 @@ struct KeyRemoveCommand {
 };
 struct TemplatesCommand {};
 
-using Command =
-    std::variant<CreateCommand, ListCommand, ShowCommand, RemoveCommand, PauseCommand,
-                 ResumeCommand, ExecCommand, CopyCommand, ScreenshotCommand, TokenCreateCommand,
-                 TokenListCommand, TokenRemoveCommand, EventsCommand, KeyListCommand,
-                 KeyCreateCommand, KeyRemoveCommand, TemplatesCommand>;
+using Command = std::variant<CreateCommand, ListCommand, ShowCommand, RemoveCommand, PauseCommand,
+                             ResumeCommand, ExecCommand, CopyCommand, ScreenshotCommand,
+                             TokenCreateCommand, TokenListCommand, TokenRemoveCommand,
+                             EventsCommand, EgressShowCommand, EgressSetCommand, KeyListCommand,
+                             KeyCreateCommand, KeyRemoveCommand, TemplatesCommand>;
 
 struct Invocation {
   GlobalOptions global;

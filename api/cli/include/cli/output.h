@@ -25,6 +25,8 @@ std::string FormatTokenList(const Json& response);
 std::string FormatKeyList(const Json& response);
 // `templates`: NAME DEFAULT SCREEN MEMORY VCPUS ACCEL.
 std::string FormatTemplateList(const Json& response);
+// `egress`: "default ACTION", then one "allow RULE" line per allow rule, then "deny RULE" lines.
+std::string FormatEgressPolicy(const Json& policy);
 
 // Text from the daemon may hold anything another API user wrote (metadata, names): control
 // characters are escaped so it cannot rewrite the terminal and one value stays on one line.

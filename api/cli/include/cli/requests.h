@@ -40,6 +40,9 @@ ApiRequest TokenListRequest(std::string_view sandbox_id);
 ApiRequest TokenRemoveRequest(std::string_view token_id);
 inline constexpr uint64_t kEventsPageLimit = 1000;
 ApiRequest EventsRequest(std::string_view id, uint64_t since, bool follow);
+ApiRequest EgressShowRequest(std::string_view id);
+// The body has only the fields given ({} when none): the daemon replaces the whole policy.
+ApiRequest EgressSetRequest(const EgressSetCommand& c);
 ApiRequest KeyListRequest();
 ApiRequest KeyCreateRequest(std::string_view name);
 ApiRequest KeyRemoveRequest(std::string_view key_id);
