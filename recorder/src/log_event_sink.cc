@@ -167,6 +167,7 @@ void LogEventSink::Run() {
     const uint64_t handled = batch.size();
     batch.clear();
     SyncLogs(sync_all);
+    CloseDoneLogs();
     Publish(written);
     written.clear();
     {
@@ -200,11 +201,16 @@ void LogEventSink::WriteOne(Event e, std::vector<std::shared_ptr<const Event>>& 
     return;
   }
   written_.fetch_add(1, std::memory_order_relaxed);
-  const bool destroyed = e.has_lifecycle() && e.lifecycle().to_state() == "destroyed";
+  const std::string& to = e.has_lifecycle() ? e.lifecycle().to_state() : std::string();
+  const bool done = to == "destroyed" || to == "stopped" || to == "failed";
   if (subscriber_count_.load(std::memory_order_relaxed) > 0)
     written.push_back(std::make_shared<const Event>(std::move(e)));
-  // The last event of a sandbox: free the descriptor now (a later event reopens the log).
-  if (destroyed) CloseLog(sandbox_id);
+  // The sandbox is done: free the descriptor now (a later event reopens the log), and again
+  // after late events (connections ending, sessions closing) for a little while.
+  if (done) {
+    CloseLog(sandbox_id);
+    done_logs_[sandbox_id] = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  }
 }
 
 EventLogWriter* LogEventSink::WriterFor(const std::string& sandbox_id) {
@@ -234,6 +240,14 @@ EventLogWriter* LogEventSink::WriterFor(const std::string& sandbox_id) {
   slot.writer = std::move(*w);
   slot.last_use = ++use_clock_;
   return slot.writer.get();
+}
+
+void LogEventSink::CloseDoneLogs() {
+  auto now = std::chrono::steady_clock::now();
+  for (auto it = done_logs_.begin(); it != done_logs_.end();) {
+    CloseLog(it->first);
+    it = it->second <= now ? done_logs_.erase(it) : std::next(it);
+  }
 }
 
 void LogEventSink::CloseLog(const std::string& sandbox_id) {

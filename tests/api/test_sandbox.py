@@ -288,7 +288,8 @@ class SandboxTest(ApiTestCase):
         self.check_sandbox(sb, "create response")
         self.assertEqual(sb["create_path"], "warm", f"the warm pool was full, yet: {sb}")
         self.assertEqual(sb["metadata"], {"suite": "sandbox"})
-        self.assertIsNone(sb["egress"], "no egress given → null")
+        self.assertEqual(sb["egress"], {"default": "deny", "allow": [], "deny": []},
+                         "no egress given → the operator's default policy")
         self.assertIsNone(sb["failure"])
         self.assertIsNone(sb["stopped_at"])
         self.assertEqual(sb["on_timeout"], "pause")
@@ -429,11 +430,12 @@ class SandboxTest(ApiTestCase):
         self.assertEqual(out, UNICODE_TEXT, "the guest's X CLIPBOARD selection")
 
     def test_06_resolution(self):
-        egress = {"policy": "allow", "rules": [{"host": "example.com", "ports": [443]}], "note": None}
+        egress = {"allow": ["Example.COM:443", "*.example.com"]}
         sb = self.create_sandbox(resolution={"width": 1024, "height": 768}, egress=egress)
         try:
             self.check_sandbox(sb)
-            self.assertEqual(sb["egress"], egress, "egress is stored and returned as given")
+            self.assertEqual(sb["egress"], {"default": "deny", "allow": ["example.com:443", "*.example.com"], "deny": []},
+                             "egress is returned in canonical form")
             self.assertEqual(sb["resolution"], {"width": 1024, "height": 768}, sb)
             self.assertEqual(self.get_sandbox(sb["id"])["resolution"], {"width": 1024, "height": 768})
             deadline, out = time.monotonic() + 15, ""

@@ -325,6 +325,43 @@ TEST(LogEventSink, LogsSurviveRestartsAndDestroyClosesThem) {
   EXPECT_EQ(events[9].seq(), 10u);
 }
 
+// Descriptors of this process open on `path`.
+int OpenDescriptors(const std::string& path) {
+  int n = 0;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(fd.path(), ec) == path) ++n;
+  }
+  return n;
+}
+
+TEST(LogEventSink, EndedSandboxesDoNotKeepTheirLogOpen) {
+  TempDir dir;
+  auto sink = LogEventSink::Create({.dir = dir.path()});
+  ASSERT_TRUE(sink);
+  for (const char* end : {"stopped", "failed"}) {
+    std::string id = std::string("sb-") + end;
+    (*sink)->Emit(Cdp(id, "m"));
+    (*sink)->Flush();
+    const std::string path = (*sink)->LogPath(id);
+    EXPECT_EQ(OpenDescriptors(path), 1) << "a live sandbox's log stays open";
+    Event last;
+    last.set_sandbox_id(id);
+    last.mutable_lifecycle()->set_from_state("running");
+    last.mutable_lifecycle()->set_to_state(end);
+    (*sink)->Emit(last);
+    (*sink)->Flush();
+    EXPECT_EQ(OpenDescriptors(path), 0) << end;
+    // A late event (a connection that ended after the sandbox) is written and closed again.
+    (*sink)->Emit(Cdp(id, "late"));
+    (*sink)->Flush();
+    EXPECT_EQ(OpenDescriptors(path), 0) << end;
+    auto events = ReadLog(path);
+    ASSERT_EQ(events.size(), 3u);
+    EXPECT_EQ(events[2].cdp().method(), "late");
+  }
+}
+
 TEST(LogEventSink, ManySandboxesStayUnderTheOpenLogLimit) {
   TempDir dir;
   auto sink = LogEventSink::Create({.dir = dir.path(), .max_open_logs = 2});

@@ -1,8 +1,9 @@
 #pragma once
 // LogEventSink: the production EventSink. Emit() puts the event on a bounded queue and returns;
 // one writer thread appends queued events to <dir>/<sandbox_id>.events (an EventLogWriter per
-// sandbox, opened on first use, at most max_open_logs at once), then posts each written event to
-// the subscribers of its sandbox on their own executors.
+// sandbox, opened on first use, at most max_open_logs at once, closed when the sandbox's
+// lifecycle ends), then posts each written event to the subscribers of its sandbox on their own
+// executors.
 //
 // Threads: callers of Emit/Flush/Subscribe/Unsubscribe (any, usually io_context threads), the
 // writer thread (all file I/O), and the subscribers' executors (callbacks). The queue lock is
@@ -92,6 +93,7 @@ class LogEventSink final : public EventSink {
   void WriteOne(Event e, std::vector<std::shared_ptr<const Event>>& written);
   EventLogWriter* WriterFor(const std::string& sandbox_id);
   void CloseLog(const std::string& sandbox_id);
+  void CloseDoneLogs();
   bool AnyDirty() const;
   void SyncLogs(bool all);
   void Publish(const std::vector<std::shared_ptr<const Event>>& written);
@@ -109,6 +111,10 @@ class LogEventSink final : public EventSink {
   uint64_t durable_ = 0;    // of those, handled and synced
   bool flush_requested_ = false;
   bool stopping_ = false;
+
+  // Writer thread only: sandboxes whose lifecycle ended (destroyed, stopped, failed) and until
+  // when their logs are closed again after each batch (late events reopen them).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> done_logs_;
 
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_queue_full_{0};
