@@ -13,6 +13,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -286,6 +287,7 @@ JailerServer::Reply JailerServer::Handle(const Request& request) {
     case Request::kListSlots: reply = ListSlots(); break;
     case Request::kOpenEgressSockets: reply = OpenEgressSockets(request.open_egress_sockets()); break;
     case Request::kOpenUplinkSockets: reply = OpenUplinkSockets(request.open_uplink_sockets()); break;
+    case Request::kSetSlotPriority: reply = SetSlotPriority(request.set_slot_priority()); break;
     default: reply = Fail(EINVAL, "unknown request");
   }
   reply.response.set_id(request.id());
@@ -677,6 +679,23 @@ JailerServer::Reply JailerServer::OpenUplinkSockets(const jailer::v1::OpenUplink
     reply.fds.push_back(std::move(fd));
   }
   return reply;
+}
+
+JailerServer::Reply JailerServer::SetSlotPriority(const jailer::v1::SetSlotPriority& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  auto it = slots_.find(r.slot());
+  if (it == slots_.end() || !ProcessAlive(it->second.qemu_pid))
+    return Fail(ESRCH, fmt::format("slot {} runs no QEMU", r.slot()));
+  // Nice is per thread on Linux: set it on each of QEMU's threads (vCPUs included).
+  const int nice = r.background() ? 10 : 0;
+  std::error_code ec;
+  int changed = 0;
+  for (const auto& task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", it->second.qemu_pid), ec)) {
+    pid_t tid = static_cast<pid_t>(std::atoi(task.path().filename().c_str()));
+    if (tid > 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) == 0) ++changed;
+  }
+  if (changed == 0) return Fail(ESRCH, fmt::format("slot {}: no QEMU thread to set", r.slot()));
+  return Ok();
 }
 
 void JailerServer::KillSlotQemu(uint32_t slot) {

@@ -557,6 +557,15 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   co_return co_await CreateOnce(&warm);
 }
 
+asio::awaitable<void> SandboxManager::SetPriority(Sandbox& sb, bool background) {
+  jailer::v1::Request req;
+  req.mutable_set_slot_priority()->set_slot(sb.slot);
+  req.mutable_set_slot_priority()->set_background(background);
+  // Best effort: a sandbox at the wrong priority still works.
+  if (auto r = co_await CallJailer(jailer_, std::move(req)); !r)
+    log::Warn(kLog, "slot {}: priority: {}", sb.slot, r.error().message);
+}
+
 asio::awaitable<void> SandboxManager::LogGuestState(Sandbox& sb, std::string_view why) {
   if (!sb.agent) co_return;
   agent::v1::Request req;
@@ -596,6 +605,7 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   }
   KickRefill();
   *warm = path == CreatePath::kWarm;
+  if (path != CreatePath::kCold) co_await SetPriority(*sb, /*background=*/false);
   sb->id = NewId();
   sb->path = path;
   sb->created_at = std::chrono::system_clock::now();
@@ -713,7 +723,10 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
         auto slot = co_await TakeNetworkSlot();
         if (slot) {
           auto p = co_await Prestart(*slot);
-          if (p) sb = *p; else { log::Warn(kLog, "pool: {}", p.error().message); co_await ReleaseSlot(*slot); failed = true; }
+          if (p) {
+            sb = *p;
+            co_await SetPriority(*sb, /*background=*/true);
+          } else { log::Warn(kLog, "pool: {}", p.error().message); co_await ReleaseSlot(*slot); failed = true; }
         } else {
           failed = true;
         }
@@ -742,6 +755,8 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
         auto p = co_await Prestart(*slot);
         if (!*alive) co_return;
         if (p && !shutting_down_) {
+          co_await SetPriority(**p, /*background=*/true);
+          if (!*alive) co_return;
           prestarted_.push_back(*p);
           progress = true;
         } else {

@@ -63,6 +63,7 @@ class JailerServer {
   Reply ListSlots();
   Reply OpenEgressSockets(const jailer::v1::OpenEgressSockets& r);
   Reply OpenUplinkSockets(const jailer::v1::OpenUplinkSockets& r);
+  Reply SetSlotPriority(const jailer::v1::SetSlotPriority& r);
   void ReapChildren();
   void KillSlotQemu(uint32_t slot);
 

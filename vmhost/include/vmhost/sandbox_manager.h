@@ -142,6 +142,8 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> CreateOnce(bool* warm);
   // Logs the guest's browser log tail and load, for a failure to explain itself.
   boost::asio::awaitable<void> LogGuestState(Sandbox& sb, std::string_view why);
+  // Pool VMs run at nice 10, handed-out ones at 0 (jailer SetSlotPriority).
+  boost::asio::awaitable<void> SetPriority(Sandbox& sb, bool background);
   boost::asio::awaitable<std::expected<uint32_t, VmError>> TakeNetworkSlot();
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
