@@ -527,6 +527,18 @@ def run_set_clipboard(ctx, cred):
     return [ctx.call("setClipboard", cred, json_body={"text": "spec clipboard"}, record=True)]
 
 
+def run_set_egress(ctx, cred):
+    body = {"default": "deny", "allow": ["example.com", "*.example.com:443", "203.0.113.0/24"], "deny": []}
+    r = ctx.call("setEgress", cred, json_body=body, record=True)
+    if r.status_code == 200:
+        ctx.test.assertEqual(r.json(), body, "setEgress answers the policy in force")
+    return [r]
+
+
+def run_get_egress(ctx, cred):
+    return [ctx.call("getEgress", cred)]
+
+
 def run_get_clipboard(ctx, cred):
     return [ctx.call("getClipboard", cred)]
 
@@ -780,6 +792,9 @@ CASES = {
                           run_screenshot),
     "setClipboard": Case("PUT", "/v1/sandboxes/{id}/clipboard", ["control"], "sandbox",
                          lambda c: {"json_body": {"text": "probe"}}, run_set_clipboard),
+    "setEgress": Case("PUT", "/v1/sandboxes/{id}/egress", [], "sandbox",
+                      lambda c: {"json_body": {"allow": ["example.com"]}}, run_set_egress),
+    "getEgress": Case("GET", "/v1/sandboxes/{id}/egress", ["control"], "sandbox", probe_none, run_get_egress),
     "listEvents": Case("GET", "/v1/sandboxes/{id}/events", ["view", "control"], "sandbox", probe_none,
                        run_list_events),
     "createToken": Case("POST", "/v1/sandboxes/{id}/tokens", [], "sandbox",
