@@ -367,13 +367,15 @@ asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> ApiService::O
   co_return std::move(*r);
 }
 
-std::expected<egress::Policy, std::string> ApiService::StoredPolicy(const SandboxRecord& r) const {
-  egress::DefaultAction fallback =
-      config_.egress_default == "allow" ? egress::DefaultAction::kAllow : egress::DefaultAction::kDeny;
-  if (r.egress_json.empty()) return egress::Policy{fallback, {}, {}};
-  auto j = ParseJson(r.egress_json);
+egress::DefaultAction ApiService::EgressDefault() const {
+  return config_.egress_default == "allow" ? egress::DefaultAction::kAllow : egress::DefaultAction::kDeny;
+}
+
+std::expected<egress::Policy, std::string> ApiService::StoredPolicy(const std::string& egress_json) const {
+  if (egress_json.empty()) return egress::Policy{EgressDefault(), {}, {}};
+  auto j = ParseJson(egress_json);
   if (!j) return std::unexpected("stored egress policy is not JSON");
-  return egress::ParsePolicy(*j, fallback);
+  return egress::ParsePolicy(*j, EgressDefault());
 }
 
 void ApiService::DetachIfGone(const std::string& id) {
@@ -385,9 +387,7 @@ void ApiService::DetachIfGone(const std::string& id) {
 
 asio::awaitable<std::expected<void, std::string>> ApiService::AttachEgress(const std::string& id, uint32_t slot,
                                                                          const std::string& policy_json) {
-  SandboxRecord probe;
-  probe.egress_json = policy_json;
-  auto policy = StoredPolicy(probe);
+  auto policy = StoredPolicy(policy_json);
   if (!policy) co_return std::unexpected(policy.error());
   auto fds = co_await manager_.OpenEgressSockets(slot);
   if (!fds) co_return std::unexpected(fds.error().message);
@@ -629,7 +629,7 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
   auto on_timeout = in.Enum("on_timeout", {"pause", "stop"});
   json metadata = ReadMetadata(in).value_or(json::object());
-  egress::Policy policy = *StoredPolicy(SandboxRecord{});
+  egress::Policy policy{EgressDefault(), {}, {}};
   if (const json* e = in.Any("egress")) {
     auto p = egress::ParsePolicy(*e, policy.default_action);
     if (!p) in.Fail(p.error());
@@ -1354,7 +1354,7 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
 asio::awaitable<HttpResponse> ApiService::GetEgress(Call& c) {
   auto r = FindRecord(c.id);
   if (!r) co_return r.error();
-  auto p = StoredPolicy(**r);
+  auto p = StoredPolicy((*r)->egress_json);
   if (!p) co_return Error(500, "internal", p.error());
   co_return Json(200, egress::PolicyJson(*p));
 }
@@ -1367,9 +1367,7 @@ asio::awaitable<HttpResponse> ApiService::PutEgress(Call& c) {
   auto again = records_.find(c.id);  // the record may have gone while the body was read
   if (again == records_.end()) co_return Error(404, "not_found", fmt::format("no sandbox {}", c.id));
   SandboxRecord& rec = again->second;
-  egress::DefaultAction fallback =
-      config_.egress_default == "allow" ? egress::DefaultAction::kAllow : egress::DefaultAction::kDeny;
-  auto p = egress::ParsePolicy(*body, fallback);
+  auto p = egress::ParsePolicy(*body, EgressDefault());
   if (!p) co_return Error(400, "invalid_request", p.error());
   if (rec.state == "stopped" || rec.state == "failed")
     co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}", rec.id, rec.state));

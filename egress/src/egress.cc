@@ -271,15 +271,11 @@ awaitable<std::expected<dns::Response, std::string>> Egress::QueryUpstream(const
   }
 }
 
-awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string name, uint16_t qtype, bool* cached) {
+awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string name, uint16_t qtype) {
   auto key = std::make_pair(name, qtype);
   auto now = Clock::now();
-  if (cached) *cached = false;
   if (auto it = cache_.find(key); it != cache_.end()) {
-    if (it->second.expires > now) {
-      if (cached) *cached = true;
-      co_return it->second.response;
-    }
+    if (it->second.expires > now) co_return it->second.response;
     cache_.erase(it);
   }
   if (options_.resolvers.empty()) co_return std::unexpected("no upstream resolver configured");

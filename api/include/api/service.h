@@ -123,7 +123,10 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   // Serves the sandbox's egress sockets under `policy_json` (the stored canonical policy).
   boost::asio::awaitable<std::expected<void, std::string>> AttachEgress(const std::string& id, uint32_t slot,
                                                                       const std::string& policy_json);
-  std::expected<egress::Policy, std::string> StoredPolicy(const SandboxRecord& r) const;
+  // The operator's default for a policy that gives none (--egress-default).
+  egress::DefaultAction EgressDefault() const;
+  // A sandbox's stored policy ("" when created before it had one: the operator's default).
+  std::expected<egress::Policy, std::string> StoredPolicy(const std::string& egress_json) const;
   void DetachIfGone(const std::string& id);
 
   boost::asio::any_io_executor executor_;

@@ -94,9 +94,7 @@ class Egress {
   const EgressOptions& options() const { return options_; }
 
   // The upstream resolver, cached (TTL, at most 5 minutes; NXDOMAIN 5 s; at most 4096 entries).
-  // `cached` (if given) says whether the answer came from the cache.
-  boost::asio::awaitable<std::expected<dns::Response, std::string>> Resolve(std::string name, uint16_t qtype,
-                                                                            bool* cached = nullptr);
+  boost::asio::awaitable<std::expected<dns::Response, std::string>> Resolve(std::string name, uint16_t qtype);
 
   struct Sandbox;
   struct Connection;
