@@ -21,6 +21,16 @@ namespace beast = boost::beast;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
+namespace {
+
+// ctest pipes stdout; keep failures readable when a test is killed at its timeout.
+const bool kLineBufferedStdout = [] {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  return true;
+}();
+
+}  // namespace
+
 vmhost::VmHostConfig GuestTest::Config() { return host_->BaseConfig(); }
 
 void GuestTest::SetUp() {
@@ -99,7 +109,7 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method, c
       if (ec) co_return std::unexpected("HTTP response: " + ec.message() + ": " + resp.substr(0, 100));
       if (resp.size() > (4u << 20)) co_return std::unexpected(std::string("HTTP response too large"));
     }
-  }(), 60s);
+  }(), 30s);
   if (!result) {
     ADD_FAILURE() << method << " " << path << ": " << result.error();
     return {};
@@ -112,13 +122,17 @@ std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expre
   // After a restore the pages are being replaced (refresh-browser): retry until a live page
   // answers.
   std::string last_error;
-  for (int attempt = 0; attempt < 60; ++attempt) {
+  auto deadline = std::chrono::steady_clock::now() + 120s;
+  int attempts = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    ++attempts;
     auto r = CdpEvaluateOnce(sb, expression, target_id);
     if (r) return *r;
     last_error = r.error();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  ADD_FAILURE() << "evaluate " << expression << ": " << last_error;
+  ADD_FAILURE() << "evaluate " << expression << ": " << attempts << " attempts in 120 s, last: " << last_error;
+  RunVoid(manager_->LogGuestState(sb, "CDP evaluate failed"), 60s);
   return {};
 }
 

@@ -135,13 +135,14 @@ class SandboxManager {
   // running for the next process to Recover); the manager refills nothing afterwards.
   boost::asio::awaitable<void> Shutdown(bool keep_sandboxes = false);
 
+  // Logs the guest's browser log tail and load, for a failure to explain itself.
+  boost::asio::awaitable<void> LogGuestState(Sandbox& sb, std::string_view why);
+
   const v1::TemplateManifest& manifest() const { return manifest_; }
   const std::string& accelerator() const { return accelerator_; }
 
  private:
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> CreateOnce(bool* warm);
-  // Logs the guest's browser log tail and load, for a failure to explain itself.
-  boost::asio::awaitable<void> LogGuestState(Sandbox& sb, std::string_view why);
   // Pool VMs run at nice 10, handed-out ones at 0 (jailer SetSlotPriority).
   boost::asio::awaitable<void> SetPriority(Sandbox& sb, bool background);
   boost::asio::awaitable<std::expected<uint32_t, VmError>> TakeNetworkSlot();
