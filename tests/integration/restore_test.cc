@@ -193,6 +193,13 @@ TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
   EXPECT_TRUE(Netns(env_.netns_prefix).empty()) << "netns left behind";
   EXPECT_FALSE(CgroupExists(env_.cgroup_name, slot, env_.netns_prefix)) << "cgroup left behind";
   EXPECT_FALSE(std::filesystem::exists(slot_dir)) << "slot files left behind";
+  // With no slot live, the jailer removes its cgroup subtree when it exits.
+  RunVoid(manager_->Shutdown(), 120s);
+  manager_.reset();
+  host_.reset();
+  for (const char* dir : {"cpu/", "memory/", "pids/", ""})  // v1 controllers, then v2
+    EXPECT_FALSE(std::filesystem::exists(std::string("/sys/fs/cgroup/") + dir + env_.cgroup_name))
+        << "cgroup /sys/fs/cgroup/" << dir << env_.cgroup_name << " left behind after the jailer exited";
 }
 
 TEST_F(RestoreTest, KilledQemuIsDetectedAndCleanedUp) {

@@ -839,7 +839,15 @@ int JailerServer::Run() {
         } else {
           ::unlink(config_.socket_path.c_str());
           if (!config_.sweep_on_exit) {
-            log::Info(kLog, "signal {}: exiting (QEMU processes keep running)", si.ssi_signo);
+            auto live = ListSlots();
+            if (live.response.slots().slots().empty()) {
+              // Nothing for a successor to adopt: leave no empty cgroups behind.
+              if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kLog, "removing the cgroup subtree: {}", r.error());
+              log::Info(kLog, "signal {}: exiting (no slots were live)", si.ssi_signo);
+            } else {
+              log::Info(kLog, "signal {}: exiting ({} QEMU processes keep running)", si.ssi_signo,
+                        live.response.slots().slots().size());
+            }
             return 0;
           }
           log::Info(kLog, "signal {}: destroying every slot, then exiting", si.ssi_signo);
