@@ -18,7 +18,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "recorder/event_json.h"
-#include "vnc_bridge/rfb_snapshot.h"
+#include "service_internal.h"
 
 namespace deskbox::api {
 
@@ -37,20 +37,6 @@ int64_t NowMs() {
 
 std::string Rfc3339(int64_t ms) { return recorder::FormatTimeRfc3339(ms * 1000000); }
 json TimeOrNull(int64_t ms) { return ms ? json(Rfc3339(ms)) : json(nullptr); }
-
-HttpResponse Error(unsigned status, std::string_view code, std::string message) {
-  HttpResponse r;
-  r.status = status;
-  r.body = Dump(json{{"error", {{"code", code}, {"message", std::move(message)}}}});
-  return r;
-}
-
-HttpResponse Json(unsigned status, const json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.body = Dump(body);
-  return r;
-}
 
 HttpResponse NoContent() {
   HttpResponse r;
@@ -136,26 +122,6 @@ std::string StateName(SandboxState s) { return std::string(vmhost::ToString(s));
 }  // namespace
 
 // One request on its way through the service.
-struct ApiService::Call {
-  Exchange& ex;
-  const Route* route = nullptr;
-  Principal principal;
-  std::string id;      // the {id} path parameter, if any
-  std::string target;  // the {target} path parameter (CDP target or browser id), if any
-  std::string request_id;
-  std::string query_token;  // the credential, when it came in the query string
-};
-
-struct ApiService::Route {
-  boost::beast::http::verb method;
-  std::string pattern;              // "/v1/sandboxes/{id}/exec", also the metrics label
-  std::vector<Scope> scopes;        // token scopes allowed; API keys may do everything
-  bool token_in_query = false;
-  bool open = false;                // no authentication (healthz)
-  Reply (ApiService::*handler)(Call&) = nullptr;
-  bool trailing_slash = false;
-};
-
 namespace {
 using boost::beast::http::verb;
 
@@ -290,6 +256,7 @@ asio::awaitable<void> ApiService::Shutdown() {
   *alive_ = false;
   clock_.cancel();
   for (const auto& [id, r] : records_) EndCdpSessions(id, "deskboxd is stopping");
+  while (!mirrors_.empty()) StopMirror(mirrors_.begin()->first);
   if (config_.destroy_on_exit) {
     for (auto& [id, r] : records_) {
       if (r.state != "running" && r.state != "paused" && r.state != "creating") continue;
@@ -345,6 +312,9 @@ asio::awaitable<void> ApiService::FlushEvents() {
 }
 
 void ApiService::OnTransition(const vmhost::Sandbox& sb, SandboxState from) {
+  // A mirror follows one running VM: pause, stop and failure end it (a slot is reused later).
+  if (sb.state != SandboxState::kRunning) StopMirror(sb.id);
+  if (sb.state == SandboxState::kStopped || sb.state == SandboxState::kFailed) keysyms_bound_.erase(sb.id);
   if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kStopped) egress_->Detach(sb.id);
   // Transitions the API asks for are recorded where it asks; here only the ones nobody asked
   // for: a QEMU that exits turns its sandbox failed.
@@ -1389,73 +1359,6 @@ asio::awaitable<HttpResponse> ApiService::PutEgress(Call& c) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Screenshots (vnc-bridge): one RFB session to the guest's Xvnc per request.
-
-asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
-  std::string format = "png";
-  int quality = 80;
-  for (const auto& [k, v] : c.ex.query()) {
-    if (k == "format") {
-      if (v != "png" && v != "jpeg") co_return Error(400, "invalid_request", fmt::format("format must be png or jpeg (got '{}')", v));
-      format = v;
-    } else if (k == "quality") {
-      if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos || std::stoi(v) < 1 ||
-          std::stoi(v) > 100)
-        co_return Error(400, "invalid_request", "quality must be between 1 and 100");
-      quality = std::stoi(v);
-    } else {
-      co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
-    }
-  }
-  auto rec = FindRecord(c.id);
-  if (!rec) co_return rec.error();
-  if ((*rec)->state != "running")
-    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; it must be running", c.id, (*rec)->state));
-  auto sb = manager_.Find(c.id);
-  if (!sb) co_return Error(409, "invalid_state", fmt::format("sandbox {} is not running", c.id));
-  auto sock = co_await manager_.ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
-  if (!sock) co_return Error(502, "guest_error", "cannot reach the sandbox's screen: " + sock.error().message);
-  asio::steady_timer deadline(executor_);
-  deadline.expires_after(20s);
-  bool timed_out = false;
-  deadline.async_wait([&](boost::system::error_code ec) {
-    if (ec) return;
-    timed_out = true;
-    boost::system::error_code ignored;
-    sock->close(ignored);
-  });
-  vnc_bridge::RfbSnapshotClient rfb;
-  std::vector<uint8_t> buf(64 * 1024);
-  std::string failure;
-  while (!rfb.done()) {
-    boost::system::error_code ec;
-    size_t n = co_await sock->async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
-    if (auto r = rfb.Feed(std::span<const uint8_t>(buf.data(), n)); !r) {
-      failure = r.error();
-      break;
-    }
-    std::string out = rfb.TakeOutput();
-    if (!out.empty()) co_await asio::async_write(*sock, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec && !rfb.done()) {
-      failure = timed_out ? "the screen did not answer within 20 s" : "the screen's connection: " + ec.message();
-      break;
-    }
-  }
-  deadline.cancel();
-  boost::system::error_code ignored;
-  sock->close(ignored);
-  if (!failure.empty()) co_return Error(timed_out ? 504 : 502, timed_out ? "guest_timeout" : "guest_error", failure);
-  auto image = format == "png" ? vnc_bridge::EncodePng(rfb.image()) : vnc_bridge::EncodeJpeg(rfb.image(), quality);
-  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error());
-  HttpResponse r;
-  r.content_type = format == "png" ? "image/png" : "image/jpeg";
-  r.body = std::move(*image);
-  r.headers.emplace_back("X-Screen-Width", std::to_string(rfb.image().width));
-  r.headers.emplace_back("X-Screen-Height", std::to_string(rfb.image().height));
-  co_return r;
-}
-
-// ---------------------------------------------------------------------------------------------
 // CDP (cdp-proxy): /json/* and the DevTools WebSockets of the sandbox's Chromium
 
 asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdp(const std::string& sandbox_id) {
@@ -1680,6 +1583,10 @@ const std::vector<ApiService::Route>& ApiService::Routes() {
       {verb::put, "/v1/sandboxes/{id}/clipboard", {S::kControl}, false, false, &A::PutClipboard},
       {verb::get, "/v1/sandboxes/{id}/events", {S::kView, S::kControl}, false, false, &A::GetEvents},
       {verb::get, "/v1/sandboxes/{id}/screenshot", {S::kView, S::kControl}, false, false, &A::Screenshot},
+      {verb::post, "/v1/sandboxes/{id}/actions", {S::kControl}, false, false, &A::Actions},
+      {verb::get, "/v1/sandboxes/{id}/cursor", {S::kView, S::kControl}, false, false, &A::Cursor},
+      {verb::post, "/v1/sandboxes/{id}/computer/anthropic", {S::kControl}, false, false, &A::ComputerAnthropic},
+      {verb::post, "/v1/sandboxes/{id}/computer/openai", {S::kControl}, false, false, &A::ComputerOpenAi},
       // Egress: a control token may read the policy, only an API key may change it.
       {verb::get, "/v1/sandboxes/{id}/egress", {S::kControl}, false, false, &A::GetEgress},
       {verb::put, "/v1/sandboxes/{id}/egress", {}, false, false, &A::PutEgress},

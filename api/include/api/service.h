@@ -27,6 +27,8 @@
 #include "egress/egress.h"
 #include "recorder/log_event_sink.h"
 #include "vmhost/sandbox_manager.h"
+#include "vnc_bridge/input.h"
+#include "vnc_bridge/mirror.h"
 
 namespace deskbox::api {
 
@@ -77,6 +79,10 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   Reply PutClipboard(Call& c);
   Reply GetEvents(Call& c);
   Reply Screenshot(Call& c);
+  Reply Actions(Call& c);
+  Reply Cursor(Call& c);
+  Reply ComputerAnthropic(Call& c);
+  Reply ComputerOpenAi(Call& c);
   Reply GetEgress(Call& c);
   Reply PutEgress(Call& c);
   Reply CreateToken(Call& c);
@@ -128,6 +134,26 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   // A sandbox's stored policy ("" when created before it had one: the operator's default).
   std::expected<egress::Policy, std::string> StoredPolicy(const std::string& egress_json) const;
   void DetachIfGone(const std::string& id);
+  // The sandbox's screen mirror (desktop.cc), started on first use and stopped when the sandbox
+  // leaves the running state.
+  boost::asio::awaitable<std::expected<std::shared_ptr<vnc_bridge::FrameMirror>, HttpResponse>> ReadyMirror(
+      const std::string& id);
+  void StopMirror(const std::string& id);
+  // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
+  // keycode for (desktop.cc says which).
+  boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c, vnc_bridge::FrameMirror& m,
+                                                                    const std::u32string& text);
+  struct StepOutcome {
+    size_t performed = 0;
+    vnc_bridge::SettleResult settled;
+    std::string failure;  // why an action could not be performed (the rest were not)
+  };
+  // Performs `actions` on the mirror in order, settles once after the last, writes one action
+  // event per performed action (with `params[i]`, or `params` itself when not a list).
+  boost::asio::awaitable<StepOutcome> PerformStep(Call& c, vnc_bridge::FrameMirror& m,
+                                                  const std::vector<vnc_bridge::Action>& actions,
+                                                  const nlohmann::json& params,
+                                                  const std::optional<vnc_bridge::SettleOptions>& settle);
 
   boost::asio::any_io_executor executor_;
   vmhost::SandboxManager& manager_;
@@ -138,6 +164,9 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   Metrics metrics_;
   cdp_proxy::CdpProxy cdp_;
   std::unique_ptr<egress::Egress> egress_;
+  std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
+  // Per sandbox: the keysyms beyond ASCII typed so far (each holds a keycode in its X server).
+  std::map<std::string, std::set<uint32_t>> keysyms_bound_;
   std::map<std::string, SandboxRecord> records_;
   std::set<std::string> busy_;  // sandboxes with a pause/resume/stop in progress
   size_t creating_ = 0;

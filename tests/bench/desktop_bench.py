@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Desktop benchmarks on one real sandbox, each against a baseline measured in the same run:
+
+  - screenshot 1280x800 (the sandbox's screen) from the mirror, JPEG and PNG, through the API,
+    against CDP Page.captureScreenshot of the same page (through deskboxd's CDP proxy);
+  - input → changed pixels: a typed character appearing in a focused text field, from the input
+    leaving deskboxd to the first update the mirror receives (the actions answer's
+    first_change_ms), beside a pointer move of a few pixels (the pointer is drawn into the
+    framebuffer), the cheapest change the guest can show;
+  - a full-screen update from the guest's Xvnc in Raw (what the mirror asks for) against ZRLE
+    (what a compressing client would ask for), from inside the sandbox's netns.
+
+  desktop_bench.py [--shots N] [--clicks N] [--frames N]
+"""
+
+import argparse
+import base64
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.parse
+import zlib
+
+from benchlib import Deskbox, pct, wait_quiet, wait_warm
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+from wsclient import CdpPage  # noqa: E402
+
+PAGE = """<!doctype html><title>bench</title>
+<style>body{margin:0;font:24px sans-serif;background:#fff} p{margin:20px}
+#f{position:fixed;left:20px;top:40vh;width:60vw;font-size:32px}</style>
+<p>deskbox desktop benchmark: the quick brown fox jumps over the lazy dog 0123456789</p>
+<input id="f" autocomplete="off">"""
+
+# Runs in the sandbox's netns: one full-screen update in the given encoding, timed.
+RFB_PROBE = r"""
+import socket, struct, sys, time
+enc, n = int(sys.argv[1]), int(sys.argv[2])
+def rd(s, k):
+    b = b""
+    while len(b) < k:
+        c = s.recv(k - len(b))
+        if not c: raise EOFError
+        b += c
+    return b
+s = socket.create_connection(("10.88.0.2", 5900), timeout=30)
+rd(s, 12); s.sendall(b"RFB 003.008\n")
+k = rd(s, 1)[0]; rd(s, k); s.sendall(b"\x01"); rd(s, 4); s.sendall(b"\x01")
+init = rd(s, 24); w, h = struct.unpack(">HH", init[:4]); rd(s, struct.unpack(">I", init[20:24])[0])
+s.sendall(b"\x00\x00\x00\x00" + bytes([32, 24, 0, 1]) + struct.pack(">HHHBBB", 255, 255, 255, 16, 8, 0) + b"\x00\x00\x00")
+s.sendall(struct.pack(">BBHi", 2, 0, 1, enc))
+times = []
+for i in range(n):
+    t0 = time.perf_counter()
+    s.sendall(struct.pack(">BBHHHH", 3, 0, 0, 0, w, h))
+    while True:
+        t = rd(s, 1)[0]
+        if t == 0: break
+        if t == 2: continue
+        if t == 3: rd(s, 3); rd(s, struct.unpack(">I", rd(s, 4))[0]); continue
+        raise SystemExit("unexpected message %d" % t)
+    count = struct.unpack(">xH", rd(s, 3))[0]
+    for _ in range(count):
+        x, y, rw, rh, e = struct.unpack(">HHHHi", rd(s, 12))
+        if e == 0: rd(s, rw * rh * 4)
+        elif e == 16: rd(s, struct.unpack(">I", rd(s, 4))[0])
+        else: raise SystemExit("encoding %d" % e)
+    times.append((time.perf_counter() - t0) * 1000)
+print(" ".join("%.2f" % t for t in times))
+"""
+
+
+def stats(values):
+    return f"p50 {pct(values, 0.5):8.2f} ms  p90 {pct(values, 0.9):8.2f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shots", type=int, default=30)
+    ap.add_argument("--clicks", type=int, default=15, help="typed characters and pointer moves")
+    ap.add_argument("--frames", type=int, default=10)
+    args = ap.parse_args()
+    with Deskbox(warm_pool=1) as dbx:
+        sid = dbx.post("/v1/sandboxes", json={}, timeout=300).json()["id"]
+        base = f"/v1/sandboxes/{sid}/cdp"
+        target = dbx.request("PUT", base + "/json/new", params={"url": "data:text/html," + urllib.parse.quote(PAGE)}).json()
+        dbx.get(f"{base}/json/activate/{target['id']}")
+        page = CdpPage(dbx.port, sid, target["id"], dbx.key)
+        while page.evaluate("document.readyState") != "complete":
+            time.sleep(0.2)
+        wait_warm(dbx, 1)
+        wait_quiet(0.7, timeout=120)
+        shot = dbx.get(f"/v1/sandboxes/{sid}/screenshot")  # connects the mirror
+        w, h = int(shot.headers["X-Screen-Width"]), int(shot.headers["X-Screen-Height"])
+
+        # Screenshots.
+        res = {}
+        for fmt in ("jpeg", "png"):
+            t = []
+            for _ in range(args.shots):
+                t0 = time.perf_counter()
+                r = dbx.get(f"/v1/sandboxes/{sid}/screenshot", params={"format": fmt})
+                t.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 200, r.text
+            res[fmt] = t
+        cdp = []
+        for _ in range(max(5, args.shots // 3)):
+            t0 = time.perf_counter()
+            data = page.command("Page.captureScreenshot", {"format": "png"})["data"]
+            cdp.append((time.perf_counter() - t0) * 1000)
+            assert base64.b64decode(data)[:4] == b"\x89PNG"
+        print(f"screenshot {w}x{h}, {args.shots} per format through the API (client to client)")
+        print(f"  mirror JPEG q80                 {stats(res['jpeg'])}")
+        print(f"  mirror PNG                      {stats(res['png'])}")
+        print(f"  CDP Page.captureScreenshot PNG  {stats(cdp)}   (baseline)")
+        print(f"  ratio CDP / mirror PNG  {pct(cdp, 0.5) / pct(res['png'], 0.5):7.1f}x   "
+              f"CDP / mirror JPEG {pct(cdp, 0.5) / pct(res['jpeg'], 0.5):7.1f}x   (target: >= 10x)")
+
+        # Input → changed pixels.
+        page.evaluate("document.getElementById('f').focus()")
+        keys, moves = [], []
+        for i in range(args.clicks):
+            r = dbx.post(f"/v1/sandboxes/{sid}/actions", json={
+                "actions": [{"type": "type", "text": "abcdefghij"[i % 10]}], "settle": {"quiet_ms": 100}}).json()
+            if r.get("first_change_ms") is not None:
+                keys.append(r["first_change_ms"])
+            r = dbx.post(f"/v1/sandboxes/{sid}/actions", json={
+                "actions": [{"type": "move", "x": w // 2 + 8 * (i % 2), "y": h // 2}],
+                "settle": {"quiet_ms": 50, "no_change_ms": 1000}}).json()
+            if r.get("first_change_ms") is not None:
+                moves.append(r["first_change_ms"])
+        typed = page.evaluate("document.getElementById('f').value")
+        print(f"input -> first changed pixels in the mirror, {args.clicks} of each")
+        print(f"  typed character in a text field  p50 {pct(keys, 0.5):6.0f} ms  p90 {pct(keys, 0.9):6.0f} ms"
+              f"   (target: p50 <= 100 ms)   {len(keys)}/{args.clicks} changed, field has {len(typed)} characters")
+        print(f"  pointer move                     p50 {pct(moves, 0.5):6.0f} ms  p90 {pct(moves, 0.9):6.0f} ms"
+              f"   {len(moves)}/{args.clicks} changed")
+
+        # Raw against ZRLE from the guest's Xvnc.
+        netns = [n for n in dbx.netns_names() if dbx.netns_slot(n) is not None]
+        owned = None
+        for n in netns:
+            try:
+                out = subprocess.run(["ip", "netns", "exec", n, "python3", "-c", RFB_PROBE, "0", "1"],
+                                     capture_output=True, text=True, timeout=60)
+                if out.returncode == 0:
+                    owned = n
+                    break
+            except subprocess.TimeoutExpired:
+                pass
+        if owned:
+            rows = {}
+            for name, enc in (("Raw", 0), ("ZRLE", 16)):
+                out = subprocess.run(["ip", "netns", "exec", owned, "python3", "-c", RFB_PROBE, str(enc), str(args.frames)],
+                                     capture_output=True, text=True, timeout=300)
+                rows[name] = [float(x) for x in out.stdout.split()] if out.returncode == 0 else []
+            if rows["Raw"] and rows["ZRLE"]:
+                print(f"full-screen update {w}x{h} from the guest's Xvnc, {args.frames} each")
+                print(f"  Raw (the mirror's encoding)      {stats(rows['Raw'])}")
+                print(f"  ZRLE (baseline)                  {stats(rows['ZRLE'])}")
+                print(f"  ratio ZRLE / Raw  {pct(rows['ZRLE'], 0.5) / pct(rows['Raw'], 0.5):6.2f}x")
+        page.close()
+        dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
+
+
+if __name__ == "__main__":
+    main()

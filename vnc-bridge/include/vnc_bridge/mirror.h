@@ -1,0 +1,121 @@
+#pragma once
+// FrameMirror: one long-lived RFB session per sandbox that keeps the current frame, a frame
+// sequence number and the damage of recent updates, and carries input to the guest.
+//
+// Screenshots are read from the mirror (no guest round trip). After input, Settle() waits for
+// the screen to settle: for the first update after the input, then for a quiet period in which
+// only small damage (a caret, the pointer) arrives, bounded by a timeout — no fixed sleeps.
+//
+// Threads: none of its own. Everything runs on the executor it is given (deskboxd's io_context);
+// the socket comes from a Connector (vmhost opens it inside the sandbox's netns). When the
+// connection ends (pause and resume, a restarted X server) it reconnects with backoff until
+// Stop().
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <deque>
+#include <expected>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "vnc_bridge/rfb_client.h"
+
+namespace deskbox::vnc_bridge {
+
+struct SettleOptions {
+  std::chrono::milliseconds quiet{200};       // no large damage for this long: settled
+  std::chrono::milliseconds timeout{5000};    // give up waiting (settled = false)
+  std::chrono::milliseconds no_change{2000};  // nothing changed at all by then: settled, unchanged
+  uint64_t small_area = 48 * 48;              // damage this small (a caret, the pointer) is quiet
+  uint32_t small_side = 64;
+};
+
+struct SettleResult {
+  uint64_t seq = 0;      // frame sequence number when it returned
+  bool changed = false;  // some update arrived after the input
+  bool settled = false;  // the screen was quiet at the end (false: timed out while it changed)
+  std::chrono::milliseconds waited{0};
+  std::chrono::milliseconds first_change{-1};  // input → first update, -1 if none
+};
+
+struct Point {
+  uint32_t x = 0, y = 0;
+};
+
+class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
+ public:
+  using Connector = std::function<
+      boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>>()>;
+  using Clock = std::chrono::steady_clock;
+
+  FrameMirror(boost::asio::any_io_executor executor, Connector connect, std::string name);
+  ~FrameMirror();
+
+  void Start();
+  // Ends the session; waiters wake with an error.
+  void Stop();
+  bool stopped() const { return stopped_; }
+
+  // Waits until a whole frame is mirrored (at once when it already is).
+  boost::asio::awaitable<std::expected<void, std::string>> WaitReady(
+      std::chrono::milliseconds timeout);
+  bool ready() const { return client_ && client_->ready(); }
+  const Framebuffer& framebuffer() const { return client_->framebuffer(); }
+  uint64_t seq() const { return seq_; }
+  const std::string& last_error() const { return last_error_; }
+  uint64_t connects() const { return connects_; }
+
+  // Input, sent in order by one writer. Errors: not ready, or the guest stopped reading.
+  std::expected<void, std::string> Pointer(uint8_t buttons, uint32_t x, uint32_t y);
+  std::expected<void, std::string> Key(bool down, uint32_t keysym);
+  Point pointer() const { return pointer_; }
+  uint8_t buttons() const { return buttons_; }
+
+  // Waits for the screen to settle after `after_seq` (the seq() read before the input was sent).
+  boost::asio::awaitable<SettleResult> Settle(uint64_t after_seq, Clock::time_point input_time,
+                                              const SettleOptions& options);
+  // Waits until seq() > after_seq or `timeout`; true if it advanced.
+  boost::asio::awaitable<bool> WaitUpdate(uint64_t after_seq, std::chrono::milliseconds timeout);
+
+ private:
+  struct UpdateInfo {
+    uint64_t seq;
+    Clock::time_point time;
+    uint64_t largest_area;
+    uint32_t largest_side;
+  };
+  boost::asio::awaitable<void> Run();
+  boost::asio::awaitable<std::expected<void, std::string>> Session(
+      boost::asio::ip::tcp::socket& sock);
+  void Flush();
+  boost::asio::awaitable<void> WriteLoop(std::shared_ptr<boost::asio::ip::tcp::socket> sock);
+  // Wakes every waiter (new update, connection change, stop).
+  void Notify();
+  // Sleeps until `until` or Notify().
+  boost::asio::awaitable<void> WaitChange(Clock::time_point until);
+
+  boost::asio::any_io_executor executor_;
+  Connector connect_;
+  std::string name_;
+  std::unique_ptr<RfbClient> client_;
+  std::shared_ptr<boost::asio::ip::tcp::socket> socket_;
+  std::string pending_;  // output not yet written
+  bool writing_ = false;
+  bool stopped_ = false;
+  bool started_ = false;
+  uint64_t seq_ = 0;  // across reconnects: never goes back
+  uint64_t connects_ = 0;
+  std::string last_error_;
+  std::deque<UpdateInfo> history_;
+  std::set<boost::asio::steady_timer*> waiters_;
+  boost::asio::steady_timer backoff_;
+  Point pointer_{};
+  bool pointer_known_ = false;
+  uint8_t buttons_ = 0;
+};
+
+}  // namespace deskbox::vnc_bridge
