@@ -17,7 +17,7 @@ E2E = os.path.join(source_dir(), "tests", "e2e")
 NODE = "node"
 
 
-def run_client(*args, timeout=180):
+def run_client(*args, timeout=300):
     p = subprocess.run([NODE, os.path.join(E2E, "cdp_client.mjs"), *args], cwd=E2E, capture_output=True,
                        text=True, timeout=timeout)
     lines = [l for l in p.stdout.splitlines() if l.strip()]
@@ -108,7 +108,7 @@ class CdpTest(ApiTestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(240)
+            t.join(360)
         for r in results:
             self.assertIsNotNone(r, "a concurrent script did not finish")
             self.assertTrue(r[0]["ok"], f"{r[0]} {r[1].stderr[-2000:]}")

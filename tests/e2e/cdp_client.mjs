@@ -14,6 +14,7 @@ import WebSocket from 'ws';
 
 const [cmd, endpoint, ...rest] = process.argv.slice(2);
 const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+const GUEST_TIMEOUT_MS = 120000;
 const headersFrom = (auth) => (auth ? { Authorization: auth } : {});
 
 async function playwrightScenario(url, auth, ownContext) {
@@ -23,6 +24,9 @@ async function playwrightScenario(url, auth, ownContext) {
   // Scripts sharing one browser each take their own context (a window of its own), as Playwright
   // scripts usually do; a lone script may use the default one.
   const context = ownContext ? await browser.newContext() : (browser.contexts()[0] ?? (await browser.newContext()));
+  // Guests are emulated here (no hardware virtualisation): a page load can take longer than
+  // Playwright's 30 s default while another guest restores beside it.
+  context.setDefaultTimeout(GUEST_TIMEOUT_MS);
   const page = await context.newPage();
   await page.setContent(
     '<title>deskbox form</title><form><input id="name"><input id="n" type="number"><button id="go" type="button" onclick="document.title=document.getElementById(\'name\').value">go</button></form>');
