@@ -1,5 +1,6 @@
 #include "guest_fixture.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +13,6 @@
 #include <boost/beast/websocket.hpp>
 #include <nlohmann/json.hpp>
 #include <thread>
-
 
 namespace deskbox::testing {
 
@@ -31,7 +31,9 @@ const bool kLineBufferedStdout = [] {
 
 }  // namespace
 
-vmhost::VmHostConfig GuestTest::Config() { return host_->BaseConfig(); }
+vmhost::VmHostConfig GuestTest::Config() {
+  return host_->BaseConfig();
+}
 
 void GuestTest::SetUp() {
   host_ = std::make_unique<TestHost>();
@@ -52,10 +54,20 @@ void GuestTest::TearDown() {
 }
 
 void GuestTest::RunVoid(asio::awaitable<void> aw, std::chrono::seconds timeout) {
-  Run([](asio::awaitable<void> a) -> asio::awaitable<bool> {
-    co_await std::move(a);
-    co_return true;
-  }(std::move(aw)), timeout);
+  Run(
+      [](asio::awaitable<void> a) -> asio::awaitable<bool> {
+        co_await std::move(a);
+        co_return true;
+      }(std::move(aw)),
+      timeout);
+}
+
+void GuestTest::AbandonGuests() {
+  if (manager_)
+    for (const auto& sb : manager_->List())
+      if (sb->qemu_pid > 0) ::kill(sb->qemu_pid, SIGKILL);
+  if (host_) host_->KillJailer();
+  std::fflush(stdout);
 }
 
 std::shared_ptr<vmhost::Sandbox> GuestTest::CreateOrDie() {
@@ -81,35 +93,43 @@ std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
   return e.stdout();
 }
 
-std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method, const std::string& path) {
-  auto result = Run([&]() -> asio::awaitable<std::expected<std::string, std::string>> {
-    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
-    if (!s) co_return std::unexpected(s.error().message);
-    std::string req = method + " " + path + " HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
-    co_await asio::async_write(*s, asio::buffer(req), asio::use_awaitable);
-    // Chromium keeps the connection open despite "Connection: close": read by Content-Length.
-    std::string resp;
-    char buf[16384];
-    for (;;) {
-      boost::system::error_code ec;
-      size_t n = co_await s->async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
-      resp.append(buf, n);
-      auto head_end = resp.find("\r\n\r\n");
-      if (head_end != std::string::npos) {
-        std::string head = resp.substr(0, head_end);
-        for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        auto cl = head.find("content-length:");
-        if (cl != std::string::npos) {
-          size_t len = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
-          if (resp.size() >= head_end + 4 + len) co_return resp.substr(head_end + 4, len);
-        } else if (ec) {
-          co_return resp.substr(head_end + 4);
+std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method,
+                               const std::string& path) {
+  auto result = Run(
+      [&]() -> asio::awaitable<std::expected<std::string, std::string>> {
+        auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+        if (!s) co_return std::unexpected(s.error().message);
+        std::string req =
+            method + " " + path + " HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
+        co_await asio::async_write(*s, asio::buffer(req), asio::use_awaitable);
+        // Chromium keeps the connection open despite "Connection: close": read by Content-Length.
+        std::string resp;
+        char buf[16384];
+        for (;;) {
+          boost::system::error_code ec;
+          size_t n = co_await s->async_read_some(asio::buffer(buf),
+                                                 asio::redirect_error(asio::use_awaitable, ec));
+          resp.append(buf, n);
+          auto head_end = resp.find("\r\n\r\n");
+          if (head_end != std::string::npos) {
+            std::string head = resp.substr(0, head_end);
+            for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            auto cl = head.find("content-length:");
+            if (cl != std::string::npos) {
+              size_t len = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
+              if (resp.size() >= head_end + 4 + len) co_return resp.substr(head_end + 4, len);
+            } else if (ec) {
+              co_return resp.substr(head_end + 4);
+            }
+          }
+          if (ec)
+            co_return std::unexpected("HTTP response: " + ec.message() + ": " +
+                                      resp.substr(0, 100));
+          if (resp.size() > (4u << 20))
+            co_return std::unexpected(std::string("HTTP response too large"));
         }
-      }
-      if (ec) co_return std::unexpected("HTTP response: " + ec.message() + ": " + resp.substr(0, 100));
-      if (resp.size() > (4u << 20)) co_return std::unexpected(std::string("HTTP response too large"));
-    }
-  }(), 30s);
+      }(),
+      90s);
   if (!result) {
     ADD_FAILURE() << method << " " << path << ": " << result.error();
     return {};
@@ -131,7 +151,8 @@ std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expre
     last_error = r.error();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  ADD_FAILURE() << "evaluate " << expression << ": " << attempts << " attempts in 120 s, last: " << last_error;
+  ADD_FAILURE() << "evaluate " << expression << ": " << attempts
+                << " attempts in 120 s, last: " << last_error;
   RunVoid(manager_->LogGuestState(sb, "CDP evaluate failed"), 60s);
   return {};
 }
@@ -150,35 +171,41 @@ std::expected<std::string, std::string> GuestTest::CdpEvaluateOnce(vmhost::Sandb
     }
   }
   if (ws_path.empty()) return std::unexpected(std::string("no page target"));
-  auto result = Run([&]() -> asio::awaitable<std::expected<std::string, std::string>> {
-    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
-    if (!s) co_return std::unexpected(s.error().message);
-    beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
-    beast::websocket::stream_base::timeout limits{};
-    limits.handshake_timeout = std::chrono::seconds(10);
-    limits.idle_timeout = std::chrono::seconds(10);
-    limits.keep_alive_pings = false;
-    ws.set_option(limits);
-    boost::system::error_code ec;
-    co_await ws.async_handshake("10.88.0.2:9222", ws_path, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return std::unexpected("websocket handshake: " + ec.message());
-    json msg = {{"id", 1}, {"method", "Runtime.evaluate"},
-                {"params", {{"expression", expression}, {"returnByValue", true}, {"awaitPromise", true}}}};
-    std::string text = msg.dump();
-    co_await ws.async_write(asio::buffer(text), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return std::unexpected("websocket write: " + ec.message());
-    for (int i = 0; i < 100; ++i) {
-      beast::flat_buffer buf;
-      co_await ws.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return std::unexpected("websocket read: " + ec.message());
-      json r = json::parse(beast::buffers_to_string(buf.data()), nullptr, false);
-      if (r.is_object() && r.value("id", 0) == 1) {
-        if (r.contains("error")) co_return std::unexpected(r["error"].dump());
-        co_return r["result"]["result"].value("value", json()).dump();
-      }
-    }
-    co_return std::unexpected(std::string("no answer"));
-  }(), 60s);
+  auto result = Run(
+      [&]() -> asio::awaitable<std::expected<std::string, std::string>> {
+        auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+        if (!s) co_return std::unexpected(s.error().message);
+        beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
+        beast::websocket::stream_base::timeout limits{};
+        limits.handshake_timeout = std::chrono::seconds(10);
+        limits.idle_timeout = std::chrono::seconds(10);
+        limits.keep_alive_pings = false;
+        ws.set_option(limits);
+        boost::system::error_code ec;
+        co_await ws.async_handshake("10.88.0.2:9222", ws_path,
+                                    asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return std::unexpected("websocket handshake: " + ec.message());
+        json msg = {
+            {"id", 1},
+            {"method", "Runtime.evaluate"},
+            {"params",
+             {{"expression", expression}, {"returnByValue", true}, {"awaitPromise", true}}}};
+        std::string text = msg.dump();
+        co_await ws.async_write(asio::buffer(text), asio::redirect_error(asio::use_awaitable, ec));
+        if (ec) co_return std::unexpected("websocket write: " + ec.message());
+        for (int i = 0; i < 100; ++i) {
+          beast::flat_buffer buf;
+          co_await ws.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
+          if (ec) co_return std::unexpected("websocket read: " + ec.message());
+          json r = json::parse(beast::buffers_to_string(buf.data()), nullptr, false);
+          if (r.is_object() && r.value("id", 0) == 1) {
+            if (r.contains("error")) co_return std::unexpected(r["error"].dump());
+            co_return r["result"]["result"].value("value", json()).dump();
+          }
+        }
+        co_return std::unexpected(std::string("no answer"));
+      }(),
+      60s);
   return result;
 }
 

@@ -32,13 +32,18 @@ class GuestTest : public ::testing::Test {
     auto r = host_->Run(std::move(aw), timeout);
     if (!r) {
       ADD_FAILURE() << "coroutine did not finish within " << timeout.count() << " s";
+      AbandonGuests();
       std::abort();
     }
     return std::move(*r);
   }
-  void RunVoid(boost::asio::awaitable<void> aw, std::chrono::seconds timeout = std::chrono::seconds(180));
+  void RunVoid(boost::asio::awaitable<void> aw,
+               std::chrono::seconds timeout = std::chrono::seconds(180));
 
   std::shared_ptr<vmhost::Sandbox> CreateOrDie();
+  // Before an abort: kills this test's QEMU processes and its jailer, so that nothing keeps
+  // ctest's output pipe open (ctest would then wait for its timeout) or runs on.
+  void AbandonGuests();
 
   // Guest helpers.
   // Exec through the agent: returns stdout; fails the test on error or non-zero exit.

@@ -1,5 +1,7 @@
 #include "test_host.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -40,9 +42,11 @@ GuestEnv MakeGuestEnv() {
 }
 
 std::expected<void, std::string> TestHost::Start() {
-  if (::geteuid() != 0) return std::unexpected("must run as root (it starts the privileged helper)");
+  if (::geteuid() != 0)
+    return std::unexpected("must run as root (it starts the privileged helper)");
   if (env_.template_name.empty())
-    return std::unexpected("no template: build one with scripts/build-artifacts or set DESKBOX_TEMPLATE");
+    return std::unexpected(
+        "no template: build one with scripts/build-artifacts or set DESKBOX_TEMPLATE");
   std::filesystem::create_directories(env_.run_dir);
   std::filesystem::create_directories(env_.state_dir);
   std::string socket = env_.run_dir + "/jailer.sock";
@@ -74,18 +78,20 @@ vmhost::VmHostConfig TestHost::BaseConfig() const {
 TestHost::~TestHost() {
   // Whatever a failed test or benchmark left running: every slot this helper knows goes down.
   if (jailer_) {
-    auto swept = Run([this]() -> boost::asio::awaitable<bool> {
-      jailer::v1::Request list;
-      list.mutable_list_slots();
-      auto r = co_await jailer_->Call(list);
-      if (!r || !r->response.ok()) co_return false;
-      for (const auto& s : r->response.slots().slots()) {
-        jailer::v1::Request destroy;
-        destroy.mutable_destroy_slot()->set_slot(s.slot());
-        (void)co_await jailer_->Call(destroy);
-      }
-      co_return true;
-    }(), std::chrono::seconds(60));
+    auto swept = Run(
+        [this]() -> boost::asio::awaitable<bool> {
+          jailer::v1::Request list;
+          list.mutable_list_slots();
+          auto r = co_await jailer_->Call(list);
+          if (!r || !r->response.ok()) co_return false;
+          for (const auto& s : r->response.slots().slots()) {
+            jailer::v1::Request destroy;
+            destroy.mutable_destroy_slot()->set_slot(s.slot());
+            (void)co_await jailer_->Call(destroy);
+          }
+          co_return true;
+        }(),
+        std::chrono::seconds(60));
     (void)swept;
   }
   jailer_.reset();
@@ -94,6 +100,12 @@ TestHost::~TestHost() {
   std::error_code ec;
   std::filesystem::remove_all(env_.run_dir, ec);
   std::filesystem::remove_all(env_.state_dir, ec);
+}
+
+void TestHost::KillJailer() {
+  if (!jailer_process_ || jailer_process_->pid() <= 0) return;
+  ::kill(jailer_process_->pid(), SIGKILL);
+  ::waitpid(jailer_process_->pid(), nullptr, 0);
 }
 
 }  // namespace deskbox::testing

@@ -20,8 +20,8 @@ namespace deskbox::testing {
 struct GuestEnv {
   std::string cache_dir;
   std::string template_name;
-  std::string run_dir;        // jailer socket lives here
-  std::string state_dir;      // slot directories
+  std::string run_dir;    // jailer socket lives here
+  std::string state_dir;  // slot directories
   std::string netns_prefix;
   std::string cgroup_name;
   uint32_t uid_base = 300000;
@@ -54,6 +54,9 @@ class TestHost {
   }
 
   boost::asio::io_context& io() { return io_; }
+  // For a test about to abort: kills the jailer (SIGKILL), which must not outlive the test
+  // process holding ctest's output pipe open.
+  void KillJailer();
   vmhost::JailerClient& jailer() { return *jailer_; }
   const GuestEnv& env() const { return env_; }
 
