@@ -137,7 +137,7 @@ class EgressTest(ApiTestCase):
                 out.append(x)
         return out
 
-    def wait_egress_event(self, sid, timeout=10, **match):
+    def wait_egress_event(self, sid, timeout=30, **match):
         deadline = time.monotonic() + timeout
         while True:
             found = self.egress_events(sid, **match)
