@@ -75,6 +75,19 @@ struct Display {
   }
 };
 
+using DisplaySize = std::optional<std::pair<uint32_t, uint32_t>>;
+
+// The declared display (or the screen's own size) over the mirror's screen as it is now. The
+// screen size is copied: the framebuffer is replaced if the connection is re-made meanwhile.
+Display DisplayOf(const DisplaySize& display, const vb::Framebuffer& fb) {
+  return {display ? display->first : 0, display ? display->second : 0, fb.width, fb.height};
+}
+
+// The mirror still shows the screen `d` was made for (not lost or resized during the actions).
+bool SameScreen(const vb::FrameMirror& m, const Display& d) {
+  return m.ready() && m.framebuffer().width == d.screen_w && m.framebuffer().height == d.screen_h;
+}
+
 // "1024x640" → size; both sides 1..kMaxScreenSide.
 std::expected<std::pair<uint32_t, uint32_t>, std::string> ParseSize(std::string_view s) {
   auto x = s.find('x');
@@ -342,7 +355,7 @@ ApiService::ReadyMirror(const std::string& id) {
 
 asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
   ImageRequest img;
-  std::optional<std::pair<uint32_t, uint32_t>> display;
+  DisplaySize display;
   for (const auto& [k, v] : c.ex.query()) {
     auto dim = [&](const char* name) -> std::expected<uint32_t, HttpResponse> {
       if (v.empty() || v.size() > 5 || v.find_first_not_of("0123456789") != std::string::npos ||
@@ -377,7 +390,7 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d{display ? display->first : 0, display ? display->second : 0, fb.width, fb.height};
+  Display d = DisplayOf(display, fb);
   // One of width/height alone keeps the aspect ratio.
   if (img.width && !img.height)
     img.height = std::max<uint32_t>(1, static_cast<uint32_t>(uint64_t{img.width} * d.h() / d.w()));
@@ -398,7 +411,7 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
 }
 
 asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
-  std::optional<std::pair<uint32_t, uint32_t>> display;
+  DisplaySize display;
   for (const auto& [k, v] : c.ex.query()) {
     if (k != "display")
       co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
@@ -409,7 +422,7 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d{display ? display->first : 0, display ? display->second : 0, fb.width, fb.height};
+  Display d = DisplayOf(display, fb);
   auto p = d.ToDisplay((*mirror)->pointer());
   co_return Json(200, json{{"x", p.x},
                            {"y", p.y},
@@ -546,7 +559,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
   if (in.ok() && !list) in.Fail("actions is required (a list of actions)");
   if (list && (list->empty() || list->size() > kMaxActionsPerCall))
     in.Fail(fmt::format("actions must have 1 to {} entries", kMaxActionsPerCall));
-  std::optional<std::pair<uint32_t, uint32_t>> display;
+  DisplaySize display;
   if (const json* d = in.Any("display")) {
     if (d->is_string()) {
       auto s = ParseSize(d->get<std::string>());
@@ -602,9 +615,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  // Copied: the framebuffer is replaced if the connection is re-made while this call waits.
-  const uint32_t screen_w = m->framebuffer().width, screen_h = m->framebuffer().height;
-  Display d{display ? display->first : 0, display ? display->second : 0, screen_w, screen_h};
+  Display d = DisplayOf(display, m->framebuffer());
   std::vector<vb::Action> actions;
   for (size_t i = 0; i < list->size(); ++i) {
     auto a = ParseAction((*list)[i], i, d);
@@ -627,13 +638,13 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
       {"waited_ms", settled.waited.count()},
       {"first_change_ms",
        settled.first_change.count() >= 0 ? json(settled.first_change.count()) : json(nullptr)},
-      {"screen", {{"width", screen_w}, {"height", screen_h}}},
+      {"screen", {{"width", d.screen_w}, {"height", d.screen_h}}},
       {"display", d.ToJson()},
   };
   auto p = d.ToDisplay(m->pointer());
   out["cursor"] = {{"x", p.x}, {"y", p.y}};
   if (shot) {
-    if (!m->ready() || m->framebuffer().width != screen_w || m->framebuffer().height != screen_h)
+    if (!SameScreen(*m, d))
       co_return Error(502, "guest_error",
                       "the sandbox's screen was lost or resized during the actions");
     uint32_t w = 0, h = 0;
@@ -854,9 +865,9 @@ std::expected<AnthropicStep, ModelError> ParseAnthropic(const json& in, const Di
 }
 
 // The query of an adapter call: display=WxH, format=png|jpeg, quality.
-std::expected<std::pair<std::optional<std::pair<uint32_t, uint32_t>>, ImageRequest>, HttpResponse>
-AdapterQuery(const std::map<std::string, std::string>& query) {
-  std::optional<std::pair<uint32_t, uint32_t>> display;
+std::expected<std::pair<DisplaySize, ImageRequest>, HttpResponse> AdapterQuery(
+    const std::map<std::string, std::string>& query) {
+  DisplaySize display;
   ImageRequest img;
   for (const auto& [k, v] : query) {
     if (k == "display") {
@@ -1037,8 +1048,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  const uint32_t screen_w = m->framebuffer().width, screen_h = m->framebuffer().height;
-  Display d{display ? display->first : 0, display ? display->second : 0, screen_w, screen_h};
+  Display d = DisplayOf(display, m->framebuffer());
   auto result = [&](json content, bool is_error) {
     json r = {{"type", "tool_result"}, {"content", std::move(content)}, {"is_error", is_error}};
     if (!tool_use_id.empty()) r["tool_use_id"] = tool_use_id;
@@ -1059,7 +1069,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
     auto out = co_await PerformStep(c, *m, step->actions, *input, settle);
     if (!out.failure.empty()) co_return result(text_block(out.failure), true);
   }
-  if (!m->ready() || m->framebuffer().width != screen_w || m->framebuffer().height != screen_h)
+  if (!SameScreen(*m, d))
     co_return Error(502, "guest_error",
                     "the sandbox's screen was lost or resized during the action");
   // The screen after the action (or the zoomed region at the screen's own resolution).
@@ -1111,8 +1121,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  const uint32_t screen_w = m->framebuffer().width, screen_h = m->framebuffer().height;
-  Display d{display ? display->first : 0, display ? display->second : 0, screen_w, screen_h};
+  Display d = DisplayOf(display, m->framebuffer());
   std::vector<vb::Action> actions;
   json params = json::array();
   for (size_t i = 0; i < list.size(); ++i) {
@@ -1133,7 +1142,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
                       fmt::format("{} ({} of {} actions were performed)", out.failure,
                                   out.performed, actions.size()));
   }
-  if (!m->ready() || m->framebuffer().width != screen_w || m->framebuffer().height != screen_h)
+  if (!SameScreen(*m, d))
     co_return Error(502, "guest_error",
                     "the sandbox's screen was lost or resized during the actions");
   uint32_t w = 0, h = 0;

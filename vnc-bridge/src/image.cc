@@ -6,20 +6,9 @@
 
 #include <algorithm>
 
+#include "big_endian.h"
+
 namespace deskbox::vnc_bridge {
-
-namespace {
-
-void Put16(std::string& s, uint16_t v) {
-  s.push_back(static_cast<char>(v >> 8));
-  s.push_back(static_cast<char>(v));
-}
-void Put32(std::string& s, uint32_t v) {
-  Put16(s, static_cast<uint16_t>(v >> 16));
-  Put16(s, static_cast<uint16_t>(v));
-}
-
-}  // namespace
 
 std::expected<RgbImage, std::string> Render(const Framebuffer& fb, Rect crop, uint32_t width,
                                             uint32_t height) {

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "big_endian.h"
+
 namespace deskbox::vnc_bridge {
 
 namespace {
@@ -21,14 +23,6 @@ uint16_t U16(const uint8_t* p) {
 uint32_t U32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) << 24 | static_cast<uint32_t>(p[1]) << 16 |
          static_cast<uint32_t>(p[2]) << 8 | p[3];
-}
-void Put16(std::string& s, uint16_t v) {
-  s.push_back(static_cast<char>(v >> 8));
-  s.push_back(static_cast<char>(v));
-}
-void Put32(std::string& s, uint32_t v) {
-  Put16(s, static_cast<uint16_t>(v >> 16));
-  Put16(s, static_cast<uint16_t>(v));
 }
 
 Rect Bounding(const std::vector<Rect>& rects) {
