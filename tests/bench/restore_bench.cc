@@ -3,7 +3,7 @@
 // and CPU per sandbox; how many idle sandboxes stay alive and answering.
 //
 //   restore_bench [--quick] [--runs N] [--alive N]
-// --quick: 5 runs per path, one cold boot, 4 sandboxes for the alive check (what CI runs).
+// --quick: 3 runs per path (2 full-stream), one cold boot, 3 sandboxes for the alive check (what CI runs).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -225,7 +225,7 @@ int Bench(int argc, char** argv) {
   int runs = 20, alive_target = 16;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--quick") { quick = true; runs = 5; alive_target = 4; }
+    if (a == "--quick") { quick = true; runs = 3; alive_target = 3; }
     else if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--alive" && i + 1 < argc) alive_target = std::atoi(argv[++i]);
     else Die("usage: restore_bench [--quick] [--runs N] [--alive N]");
@@ -261,7 +261,7 @@ int Bench(int argc, char** argv) {
   full_cfg.template_name = full_name;
   full_cfg.netns_pool = 1;
   full_cfg.prestart_pool = 1;
-  Series full = MeasureCreates(host, full_cfg, quick ? 3 : std::max(5, runs / 2), "full-stream");
+  Series full = MeasureCreates(host, full_cfg, quick ? 2 : std::max(5, runs / 2), "full-stream");
 
   double boot = MeasureColdBoot(host, *mf);
 

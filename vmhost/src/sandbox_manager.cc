@@ -320,7 +320,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
                                                     r->exec().stderr().substr(0, 200))});
     auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
     if (!ready) co_return ready;
-    // Done when the old pages are gone and every page has loaded something.
+    // Done when the old pages are gone and every page has loaded something and runs script.
     // A loaded host (a compile beside two guests) has made /json/list take over 5 s.
     auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(45));
     bool fresh = false;
@@ -332,8 +332,27 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
           any_old = any_old || (old_pages && old_pages->count(id) > 0);
           any_empty = any_empty || url.empty();
         }
-        fresh = !any_old && !any_empty;
         last = any_old ? "old pages still open" : "a new page has not loaded";
+        if (!any_old && !any_empty) {
+          // A new tab can be given a renderer that was being killed (the browser had not yet
+          // seen it die): it lists its URL but stays crashed. Only pages that run script count;
+          // a page that does not is replaced by the next round.
+          std::optional<VmError> dead;
+          for (const auto& [id, url] : *pages) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(round_end - std::chrono::steady_clock::now());
+            auto runs = co_await GuestPageEvaluates(sb.slot, id, std::clamp(left, 1000ms, 15000ms));
+            if (!runs) {
+              dead = runs.error();
+              break;
+            }
+          }
+          if (!dead) {
+            fresh = true;
+            break;
+          }
+          last = "a new page does not run script: " + dead->message;
+          break;
+        }
       } else {
         last = pages ? "no page yet" : pages.error().message;
       }

@@ -158,6 +158,10 @@ class SandboxManager {
   // The guest browser's page targets (id → url, from /json/list), through the sandbox's netns.
   boost::asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> GuestPageIds(
       uint32_t slot, std::chrono::milliseconds timeout);
+  // Whether a guest page runs script: Runtime.evaluate("1") over its DevTools WebSocket answers
+  // 1 within `timeout` (guest_page.cc). A page that lists a URL may still have no live renderer.
+  boost::asio::awaitable<std::expected<void, VmError>> GuestPageEvaluates(uint32_t slot, const std::string& page_id,
+                                                                          std::chrono::milliseconds timeout);
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
   boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
