@@ -1,5 +1,6 @@
 """The desktop endpoints against a real guest: actions through the screen mirror reach a real
 page in the guest's Chromium (checked through CDP): pointer motion at the right screen point,
+clicks of every button, double and shift-clicks, drags that select text, the wheel,
 typing any Unicode text (keysyms, and the clipboard beyond the spare keycodes), key combos,
 coordinates in a declared display size, screenshots from the mirror, settle results, the
 timeline, scopes, bad input, pause and resume, and the Anthropic and OpenAI adapters."""
@@ -28,6 +29,12 @@ PAGE = """<!doctype html><title>desk</title>
 <script>
   window.clicks = 0;
   addEventListener('mousemove', e => { window.last = {sx: e.screenX, sy: e.screenY, cx: e.clientX, cy: e.clientY}; });
+  window.log = [];
+  for (const t of ['mousedown', 'mouseup', 'click', 'dblclick', 'contextmenu', 'auxclick'])
+    addEventListener(t, e => {
+      log.push({t, b: e.button, x: e.screenX, y: e.screenY, shift: e.shiftKey});
+      if (t === 'contextmenu') e.preventDefault();  // no menu over the page
+    }, true);
 </script>"""
 
 TEXT = "héllo wörld — 世界 🙂"
@@ -146,6 +153,59 @@ class DesktopTest(ApiTestCase):
         out = self.act({"type": "wait", "duration_ms": 10}, settle={"no_change_ms": 300, "quiet_ms": 100})
         self.assertTrue(out["settled"], out)
         self.assertLess(out["waited_ms"], 3000)
+
+    def test_clicks_drags_and_scrolls_reach_the_page(self):
+        x, y = self.centre_of("#go")
+        seen = "window.log.map(e => [e.t, e.b, e.x, e.y])"
+        out = self.act({"type": "click", "x": x, "y": y})
+        self.assertEqual(self.wait_for("window.clicks", 1), 1, "a left click reached the button")
+        self.assertEqual(self.wait_for(seen, [["mousedown", 0, x, y], ["mouseup", 0, x, y], ["click", 0, x, y]]),
+                         [["mousedown", 0, x, y], ["mouseup", 0, x, y], ["click", 0, x, y]])
+        self.assertTrue(out["changed"], out)   # the button's label changed on screen
+        self.assertEqual(out["cursor"], {"x": x, "y": y})
+        # A double click is one dblclick; a shift-click carries the modifier.
+        self.page.evaluate("window.log = []")
+        self.act({"type": "click", "x": x, "y": y, "count": 2})
+        self.assertEqual(self.wait_for("window.log.filter(e => e.t === 'dblclick').length", 1), 1)
+        self.act({"type": "click", "x": x, "y": y, "modifiers": "shift"})
+        self.assertEqual(self.wait_for("window.clicks", 4), 4)
+        self.assertIs(self.page.evaluate("window.shift"), True)
+        # Right and middle buttons.
+        self.page.evaluate("window.log = []")
+        self.act({"type": "click", "x": x + 5, "y": y + 5, "button": "right"},
+                 {"type": "click", "x": x + 5, "y": y + 5, "button": "middle"})
+        self.assertEqual(self.wait_for("window.log.filter(e => e.t === 'mousedown').map(e => e.b)", [2, 1]), [2, 1])
+        self.assertIn("contextmenu", self.page.evaluate("window.log.map(e => e.t)"))
+        # A drag across a line of text selects it; mouse_down and mouse_up make one by hand.
+        left, right, mid = self.page.evaluate(
+            "(() => { const r = document.createRange(); r.selectNodeContents(document.getElementById('sel'));"
+            " const b = r.getBoundingClientRect(); return [b.left, b.right, (b.top + b.bottom) / 2]; })()")
+        ox, oy = self.offset
+        y_text = int(mid + oy)
+        self.act({"type": "drag", "path": [[int(left + ox) + 1, y_text], [int(right + ox) - 1, y_text]]})
+        selected = self.wait_for("window.getSelection().toString()", "alpha bravo charlie delta")
+        self.assertTrue(selected.startswith("alpha bravo charlie delt"), selected)
+        self.act({"type": "click", "x": x, "y": y})  # clears the selection
+        self.act({"type": "mouse_down", "x": int(left + ox) + 1, "y": y_text},
+                 {"type": "move", "x": int(left + ox) + 120, "y": y_text},
+                 {"type": "mouse_up"})
+        selected = self.wait_for("window.getSelection().toString().length > 3", True)
+        self.assertTrue(selected, self.page.evaluate("window.getSelection().toString()"))
+        self.assertTrue(self.page.evaluate("window.getSelection().toString()").startswith("alpha"))
+        # The wheel scrolls the page under the pointer, down and back up.
+        self.assertEqual(self.page.evaluate("window.scrollY"), 0)
+        self.act({"type": "scroll", "x": x, "y": y, "dy": 3})
+        self.assertIs(self.wait_for("window.scrollY > 0", True), True, "the page scrolled down")
+        self.act({"type": "scroll", "dy": -10})
+        self.assertEqual(self.wait_for("window.scrollY", 0), 0, "the page scrolled back up")
+        # The adapters click too.
+        clicks = self.page.evaluate("window.clicks")
+        out = self.anthropic({"action": "left_click", "coordinate": [x, y]})
+        self.assertFalse(out["is_error"], out)
+        self.assertEqual(self.wait_for("window.clicks", clicks + 1), clicks + 1)
+        self.expect(self.dbx.post(f"/v1/sandboxes/{self.sid}/computer/openai",
+                                  json={"type": "double_click", "x": x, "y": y}), 200)
+        self.assertEqual(self.wait_for("window.clicks", clicks + 3), clicks + 3)
 
     def test_typing_any_unicode_text_and_key_combos(self):
         self.focus("#field")

@@ -33,7 +33,11 @@ PAGE = """<!doctype html><title>bench</title>
 <style>body{margin:0;font:24px sans-serif;background:#fff} p{margin:20px}
 #f{position:fixed;left:20px;top:40vh;width:60vw;font-size:32px}</style>
 <p>deskbox desktop benchmark: the quick brown fox jumps over the lazy dog 0123456789</p>
-<input id="f" autocomplete="off">"""
+<input id="f" autocomplete="off">
+<button id="b" style="position:fixed;left:20px;top:60vh;width:320px;height:80px;font-size:28px"
+ onclick="this.textContent = 'clicked ' + (++window.n)">click me</button>
+<script>window.n = 0;
+addEventListener('mousemove', e => { window.off = [e.screenX - e.clientX, e.screenY - e.clientY]; });</script>"""
 
 # Runs in the sandbox's netns: one full-screen update in the given encoding, timed.
 RFB_PROBE = r"""
@@ -80,7 +84,7 @@ def stats(values):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shots", type=int, default=30)
-    ap.add_argument("--clicks", type=int, default=15, help="typed characters and pointer moves")
+    ap.add_argument("--clicks", type=int, default=15, help="typed characters, pointer moves and clicks")
     ap.add_argument("--frames", type=int, default=10)
     args = ap.parse_args()
     with Deskbox(warm_pool=1) as dbx:
@@ -132,12 +136,28 @@ def main():
                 "settle": {"quiet_ms": 50, "no_change_ms": 1000}}).json()
             if r.get("first_change_ms") is not None:
                 moves.append(r["first_change_ms"])
+        # Clicks on a button whose label changes, the pointer already on it (one click first
+        # brings it there, so the cursor's move is not what is measured).
+        off = page.evaluate("window.off")
+        b = page.evaluate("(() => { const r = document.getElementById('b').getBoundingClientRect();"
+                          " return [r.left + r.width / 2, r.top + r.height / 2]; })()")
+        bx, by = int(b[0] + off[0]), int(b[1] + off[1])
+        dbx.post(f"/v1/sandboxes/{sid}/actions", json={"actions": [{"type": "click", "x": bx, "y": by}]})
+        clicks = []
+        for i in range(args.clicks):
+            r = dbx.post(f"/v1/sandboxes/{sid}/actions", json={
+                "actions": [{"type": "click", "x": bx, "y": by}], "settle": {"quiet_ms": 100}}).json()
+            if r.get("first_change_ms") is not None:
+                clicks.append(r["first_change_ms"])
+        clicked = page.evaluate("window.n")
         typed = page.evaluate("document.getElementById('f').value")
         print(f"input -> first changed pixels in the mirror, {args.clicks} of each")
         print(f"  typed character in a text field  p50 {pct(keys, 0.5):6.0f} ms  p90 {pct(keys, 0.9):6.0f} ms"
               f"   (target: p50 <= 100 ms)   {len(keys)}/{args.clicks} changed, field has {len(typed)} characters")
         print(f"  pointer move                     p50 {pct(moves, 0.5):6.0f} ms  p90 {pct(moves, 0.9):6.0f} ms"
               f"   {len(moves)}/{args.clicks} changed")
+        print(f"  click on a button                p50 {pct(clicks, 0.5):6.0f} ms  p90 {pct(clicks, 0.9):6.0f} ms"
+              f"   {len(clicks)}/{args.clicks} changed, the page counted {clicked} of {args.clicks + 1} clicks")
 
         # Raw against ZRLE from the guest's Xvnc.
         netns = [n for n in dbx.netns_names() if dbx.netns_slot(n) is not None]
