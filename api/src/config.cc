@@ -90,6 +90,8 @@ const std::vector<Setting>& Settings() {
        Path(&DaemonConfig::state_dir)},
       {"--cache-dir", "DESKBOX_CACHE_DIR", "DIR", "guest images and templates (default /var/cache/deskbox)",
        Path(&DaemonConfig::cache_dir)},
+      {"--novnc-dir", "DESKBOX_NOVNC_DIR", "DIR", "noVNC for the live view page (default /usr/share/novnc)",
+       Path(&DaemonConfig::novnc_dir)},
       {nullptr, "DESKBOX_API_KEY", "KEY",
        "bootstrap API key (dbk_ + 64 hex); if unset, one is generated on first start, written to "
        "<state-dir>/api-key (mode 0600) and printed once",

@@ -107,6 +107,38 @@ std::expected<std::pair<uint32_t, uint32_t>, std::string> ParseSize(std::string_
   return std::pair{*w, *h};
 }
 
+}  // namespace
+
+std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in) {
+  const json* d = in.Any("display");
+  if (!d) return std::nullopt;
+  if (d->is_string()) {
+    auto s = ParseSize(d->get<std::string>());
+    if (s) return *s;
+    in.Fail(s.error());
+  } else if (d->is_object()) {
+    ObjectReader dr(*d, "display");
+    auto w = dr.Integer("width", 1, vb::kMaxScreenSide), h = dr.Integer("height", 1, vb::kMaxScreenSide);
+    if (auto err = dr.Finish())
+      in.Fail(*err);
+    else if (!w || !h)
+      in.Fail("display needs width and height");
+    else
+      return std::pair{static_cast<uint32_t>(*w), static_cast<uint32_t>(*h)};
+  } else {
+    in.Fail("display must be \"WIDTHxHEIGHT\" or {\"width\", \"height\"}");
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<uint32_t, uint32_t>> ApiService::DeclaredDisplay(const std::string& id) const {
+  auto it = records_.find(id);
+  if (it == records_.end() || !it->second.display_w || !it->second.display_h) return std::nullopt;
+  return std::pair{it->second.display_w, it->second.display_h};
+}
+
+namespace {
+
 std::string Base64(std::string_view bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
   int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -390,7 +422,7 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d = DisplayOf(display, fb);
+  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), fb);
   // One of width/height alone keeps the aspect ratio.
   if (img.width && !img.height)
     img.height = std::max<uint32_t>(1, static_cast<uint32_t>(uint64_t{img.width} * d.h() / d.w()));
@@ -422,7 +454,7 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d = DisplayOf(display, fb);
+  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), fb);
   auto p = d.ToDisplay((*mirror)->pointer());
   co_return Json(200, json{{"x", p.x},
                            {"y", p.y},
@@ -559,28 +591,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
   if (in.ok() && !list) in.Fail("actions is required (a list of actions)");
   if (list && (list->empty() || list->size() > kMaxActionsPerCall))
     in.Fail(fmt::format("actions must have 1 to {} entries", kMaxActionsPerCall));
-  DisplaySize display;
-  if (const json* d = in.Any("display")) {
-    if (d->is_string()) {
-      auto s = ParseSize(d->get<std::string>());
-      if (!s)
-        in.Fail(s.error());
-      else
-        display = *s;
-    } else if (d->is_object()) {
-      ObjectReader dr(*d, "display");
-      auto w = dr.Integer("width", 1, vb::kMaxScreenSide),
-           h = dr.Integer("height", 1, vb::kMaxScreenSide);
-      if (auto err = dr.Finish())
-        in.Fail(*err);
-      else if (!w || !h)
-        in.Fail("display needs width and height");
-      else
-        display = std::pair{static_cast<uint32_t>(*w), static_cast<uint32_t>(*h)};
-    } else {
-      in.Fail("display must be \"WIDTHxHEIGHT\" or {\"width\", \"height\"}");
-    }
-  }
+  DisplaySize display = ReadDisplayMember(in);
   std::optional<vb::SettleOptions> settle = vb::SettleOptions{};
   if (const json* s = in.Any("settle")) {
     if (s->is_boolean()) {
@@ -615,7 +626,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display, m->framebuffer());
+  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
   std::vector<vb::Action> actions;
   for (size_t i = 0; i < list->size(); ++i) {
     auto a = ParseAction((*list)[i], i, d);
@@ -1048,7 +1059,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display, m->framebuffer());
+  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
   auto result = [&](json content, bool is_error) {
     json r = {{"type", "tool_result"}, {"content", std::move(content)}, {"is_error", is_error}};
     if (!tool_use_id.empty()) r["tool_use_id"] = tool_use_id;
@@ -1121,7 +1132,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display, m->framebuffer());
+  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
   std::vector<vb::Action> actions;
   json params = json::array();
   for (size_t i = 0; i < list.size(); ++i) {

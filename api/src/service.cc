@@ -144,21 +144,40 @@ std::vector<std::string_view> Segments(std::string_view path) {
 // Matches `path` against `pattern`; fills `id` from a {id} segment.
 // Matches `path` against `pattern`; fills `id` and `target` from {id} and {target} segments.
 // A trailing slash is accepted only where `trailing_slash` says so (CDP clients add one).
+// `{path}` as the last segment of a pattern takes one or more segments (joined with '/').
 bool Match(std::string_view pattern, std::string_view path, bool trailing_slash, std::string& id,
            std::string& target) {
   auto p = Segments(pattern), s = Segments(path);
-  if (p.size() != s.size()) return false;
+  bool rest = !p.empty() && p.back() == "{path}";
+  if (rest ? s.size() < p.size() : p.size() != s.size()) return false;
   if (!trailing_slash && !path.empty() && path.back() == '/' && path.size() > 1) return false;
   if (path.find("//") != std::string_view::npos) return false;
   std::string found, found_target;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i] == "{id}") found = s[i];
     else if (p[i] == "{target}") found_target = s[i];
+    else if (p[i] == "{path}") {
+      for (size_t j = i; j < s.size(); ++j) found_target += (j > i ? "/" : "") + std::string(s[j]);
+    }
     else if (p[i] != s[i]) return false;
   }
   id = found;
   target = found_target;
   return true;
+}
+
+// The value of cookie `name` in a Cookie header ("" if absent).
+std::string CookieValue(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    size_t end = header.find(';');
+    std::string_view part = header.substr(0, end);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    if (part.size() > name.size() && part.starts_with(name) && part[name.size()] == '=')
+      return std::string(part.substr(name.size() + 1));
+    if (end == std::string_view::npos) break;
+    header.remove_prefix(end + 1);
+  }
+  return {};
 }
 
 }  // namespace
@@ -173,6 +192,8 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
       config_(std::move(config)),
       credentials_(store),
       cdp_(executor, *this, events),
+      viewers_(std::make_unique<vnc_bridge::ViewerBridge>(
+          executor, [this](const std::string& id) { return DialRfb(id); }, events)),
       bucket_tokens_(config_.creates_per_second < 1 ? 1 : config_.creates_per_second),
       bucket_time_(std::chrono::steady_clock::now()),
       clock_(executor) {
@@ -407,6 +428,7 @@ json ApiService::SandboxJson(const SandboxRecord& r) const {
               {"state", r.state},
               {"template", r.template_name},
               {"resolution", {{"width", r.width}, {"height", r.height}}},
+              {"display", r.display_w ? json{{"width", r.display_w}, {"height", r.display_h}} : json(nullptr)},
               {"timeout_s", r.timeout_s},
               {"on_timeout", r.on_timeout},
               {"expires_at", TimeOrNull(r.state == "running" ? r.expires_at_ms : 0)},
@@ -502,6 +524,9 @@ asio::awaitable<HttpResponse> ApiService::Handle(Exchange& ex) {
       } else if (q != ex.query().end()) {
         secret = q->second;
         call.query_token = secret;
+      } else if (auto cookie = route->token_in_cookie ? CookieValue(ex.header("Cookie"), kViewCookie) : "";
+                 !cookie.empty()) {
+        secret = cookie;
       } else {
         denied = Error(401, "unauthorized", "missing 'Authorization: Bearer <key or token>'");
       }
@@ -599,6 +624,7 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
   auto on_timeout = in.Enum("on_timeout", {"pause", "stop"});
   json metadata = ReadMetadata(in).value_or(json::object());
+  auto display = ReadDisplayMember(in);
   egress::Policy policy{EgressDefault(), {}, {}};
   if (const json* e = in.Any("egress")) {
     auto p = egress::ParsePolicy(*e, policy.default_action);
@@ -658,6 +684,10 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   r.created_at_ms = NowMs();
   r.expires_at_ms = r.created_at_ms + int64_t{r.timeout_s} * 1000;
   r.metadata_json = Dump(metadata);
+  if (display) {
+    r.display_w = display->first;
+    r.display_h = display->second;
+  }
   r.egress_json = egress;
   r.create_path = std::string(vmhost::ToString((*sb)->path));
   r.create_ms = std::round(ms * 10) / 10;
@@ -712,6 +742,8 @@ asio::awaitable<HttpResponse> ApiService::PatchSandbox(Call& c) {
   ObjectReader in(*body);
   auto timeout = in.Integer("timeout_s", 1, config_.max_timeout_s);
   std::optional<json> metadata = ReadMetadata(in);
+  bool display_given = body->is_object() && body->contains("display");  // null too: it clears
+  auto display = ReadDisplayMember(in);  // null clears it
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   SandboxRecord& rec = **r;
   if (rec.state == "stopped" || rec.state == "failed")
@@ -721,6 +753,10 @@ asio::awaitable<HttpResponse> ApiService::PatchSandbox(Call& c) {
     if (rec.state == "running") rec.expires_at_ms = NowMs() + *timeout * 1000;
   }
   if (metadata) rec.metadata_json = Dump(*metadata);
+  if (display_given) {
+    rec.display_w = display ? display->first : 0;
+    rec.display_h = display ? display->second : 0;
+  }
   Save(rec);
   co_return Json(200, SandboxJson(rec));
 }
@@ -1224,7 +1260,9 @@ asio::awaitable<HttpResponse> ApiService::ListTokens(Call& c) {
 
 asio::awaitable<HttpResponse> ApiService::DeleteToken(Call& c) {
   switch (credentials_.RevokeToken(c.id, NowMs())) {
-    case Credentials::RevokeResult::kRevoked: co_return NoContent();
+    case Credentials::RevokeResult::kRevoked:
+      viewers_->CloseActor(c.id, "the token was revoked");
+      co_return NoContent();
     case Credentials::RevokeResult::kNotFound: co_return Error(404, "not_found", fmt::format("no active token '{}'", c.id));
     default: co_return Error(500, "internal", "could not save the revocation");
   }
@@ -1375,7 +1413,10 @@ recorder::v1::Actor ApiService::ActorOf(const Call& c) const {
   return e.actor();
 }
 
-void ApiService::EndCdpSessions(const std::string& id, const std::string& reason) { cdp_.CloseSandbox(id, reason); }
+void ApiService::EndCdpSessions(const std::string& id, const std::string& reason) {
+  cdp_.CloseSandbox(id, reason);
+  viewers_->CloseSandbox(id, reason);
+}
 
 cdp_proxy::PublicUrls ApiService::CdpUrls(const Call& c) const {
   // The host the client used to reach us (checked to be a plain host[:port]), else our address.
@@ -1587,6 +1628,12 @@ const std::vector<ApiService::Route>& ApiService::Routes() {
       {verb::get, "/v1/sandboxes/{id}/cursor", {S::kView, S::kControl}, false, false, &A::Cursor},
       {verb::post, "/v1/sandboxes/{id}/computer/anthropic", {S::kControl}, false, false, &A::ComputerAnthropic},
       {verb::post, "/v1/sandboxes/{id}/computer/openai", {S::kControl}, false, false, &A::ComputerOpenAi},
+      // The live view: browsers open these by URL, so the token comes in the query; the page's
+      // WebSocket and modules use the cookie the page sets.
+      {verb::get, "/v1/sandboxes/{id}/vnc", {S::kView, S::kControl}, true, false, &A::ViewerSocket, true, true},
+      {verb::get, "/v1/sandboxes/{id}/view", {S::kView, S::kControl}, true, false, &A::ViewerPage},
+      {verb::get, "/v1/sandboxes/{id}/view/novnc/{path}", {S::kView, S::kControl}, false, false, &A::ViewerAsset,
+       false, true},
       // Egress: a control token may read the policy, only an API key may change it.
       {verb::get, "/v1/sandboxes/{id}/egress", {S::kControl}, false, false, &A::GetEgress},
       {verb::put, "/v1/sandboxes/{id}/egress", {}, false, false, &A::PutEgress},

@@ -15,7 +15,7 @@ struct ApiService::Call {
   const Route* route = nullptr;
   Principal principal;
   std::string id;      // the {id} path parameter, if any
-  std::string target;  // the {target} path parameter (CDP target or browser id), if any
+  std::string target;  // the {target} path parameter (CDP target or browser id), or the {path} rest
   std::string request_id;
   std::string query_token;  // the credential, when it came in the query string
 };
@@ -28,7 +28,15 @@ struct ApiService::Route {
   bool open = false;  // no authentication (healthz)
   Reply (ApiService::*handler)(Call&) = nullptr;
   bool trailing_slash = false;
+  bool token_in_cookie = false;  // the view page's WebSocket and modules: kViewCookie also counts
 };
+
+// The "display" member of a request body ("WxH" or {"width", "height"}); failures go to `in`.
+// Absent or null: nullopt.
+std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in);
+
+// The cookie the view page sets for its WebSocket and modules (Path=/v1/sandboxes/{id}/).
+inline constexpr char kViewCookie[] = "deskbox_view";
 
 inline HttpResponse Error(unsigned status, std::string_view code, std::string message) {
   HttpResponse r;

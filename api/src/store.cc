@@ -2,13 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace deskbox::api {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: sandboxes.display ("WxH" or "") — a version 1 database is migrated on open.
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -18,7 +20,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   timeout_s INTEGER NOT NULL, on_timeout TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,
   created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, stopped_at_ms INTEGER NOT NULL,
   metadata TEXT NOT NULL, egress TEXT NOT NULL, failure TEXT NOT NULL,
-  create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL);
+  create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL,
+  display TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, hash BLOB NOT NULL,
   created_at_ms INTEGER NOT NULL, revoked_at_ms INTEGER NOT NULL);
@@ -89,6 +92,15 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
   if (!q.ok()) return std::unexpected(store->Error("reading schema version"));
   if (q.Step() == SQLITE_ROW) {
     int64_t v = q.ColInt(0);
+    if (v == 1) {
+      for (const char* sql : {"BEGIN", "ALTER TABLE sandboxes ADD COLUMN display TEXT NOT NULL DEFAULT ''",
+                              "UPDATE schema_version SET version = 2", "COMMIT"})
+        if (auto r = store->Exec(sql); !r) {
+          (void)store->Exec("ROLLBACK");
+          return std::unexpected(fmt::format("{}: migrating to schema version 2: {}", path, r.error()));
+        }
+      v = 2;
+    }
     if (v != kSchemaVersion)
       return std::unexpected(fmt::format("{}: schema version {} is not {} (made by another deskboxd version)",
                                          path, v, kSchemaVersion));
@@ -118,12 +130,13 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO sandboxes (id, state, template, slot, qemu_pid, width, height, timeout_s, "
               "on_timeout, expires_at_ms, created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, "
-              "create_path, create_ms, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+              "create_path, create_ms, owner, display) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving sandbox"));
   s.Text(1, r.id).Text(2, r.state).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
   s.Int(6, r.width).Int(7, r.height).Int(8, r.timeout_s).Text(9, r.on_timeout).Int(10, r.expires_at_ms);
   s.Int(11, r.created_at_ms).Int(12, r.updated_at_ms).Int(13, r.stopped_at_ms).Text(14, r.metadata_json);
   s.Text(15, r.egress_json).Text(16, r.failure).Text(17, r.create_path).Real(18, r.create_ms).Text(19, r.owner);
+  s.Text(20, r.display_w && r.display_h ? fmt::format("{}x{}", r.display_w, r.display_h) : std::string());
   if (s.Step() != SQLITE_DONE) return std::unexpected(Error("saving sandbox"));
   return {};
 }
@@ -131,8 +144,8 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
 std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
   Statement s(db_,
               "SELECT id, state, template, slot, qemu_pid, width, height, timeout_s, on_timeout, expires_at_ms, "
-              "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner "
-              "FROM sandboxes ORDER BY created_at_ms");
+              "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner, "
+              "display FROM sandboxes ORDER BY created_at_ms");
   if (!s.ok()) return std::unexpected(Error("loading sandboxes"));
   std::vector<SandboxRecord> out;
   int rc;
@@ -157,6 +170,10 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
     r.create_path = s.ColText(16);
     r.create_ms = s.ColReal(17);
     r.owner = s.ColText(18);
+    if (unsigned w = 0, h = 0; std::sscanf(s.ColText(19).c_str(), "%ux%u", &w, &h) == 2) {
+      r.display_w = w;
+      r.display_h = h;
+    }
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return std::unexpected(Error("loading sandboxes"));

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cdp_proxy/guest_json.h"
+#include "common/http_reject.h"
 #include "common/log.h"
 
 namespace deskbox::cdp_proxy {
@@ -94,19 +95,7 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
                                     std::string sandbox_id, std::string guest_path, recorder::v1::Actor actor,
                                     std::string request_id) {
   auto http_error = [&](unsigned status, std::string code, std::string message) -> asio::awaitable<void> {
-    http::response<http::string_body> res{static_cast<http::status>(status), request.version()};
-    res.set(http::field::content_type, "application/json");
-    res.set(http::field::cache_control, "no-store");
-    res.set("X-Request-Id", request_id);
-    res.keep_alive(false);
-    nlohmann::json body = {{"error", {{"code", code}, {"message", message}}}};
-    res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    res.prepare_payload();
-    boost::system::error_code ec;
-    stream.expires_after(10s);
-    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-    stream.close();
+    return RejectUpgrade(stream, request.version(), status, code, message, request_id);
   };
   if (AtSessionLimit(sandbox_id)) {
     co_await http_error(429, "rate_limited",

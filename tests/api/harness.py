@@ -18,6 +18,7 @@ import atexit
 import base64
 import datetime
 import glob
+import http.cookiejar
 import json
 import os
 import pwd
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import unittest
 from pathlib import Path
 
@@ -192,6 +194,8 @@ class Deskbox:
         self.daemon = None
         self.daemon_clean_exit_expected = False
         self.session = requests.Session()
+        # An API client keeps no cookies (the view page sets one; tests send it by hand).
+        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self._stopped = True
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -282,6 +286,8 @@ class Deskbox:
         self.daemon_clean_exit_expected = True
         self.session.close()
         self.session = requests.Session()
+        # An API client keeps no cookies (the view page sets one; tests send it by hand).
+        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         deadline = time.monotonic() + 60
         last = "no answer"
         while time.monotonic() < deadline:
@@ -804,3 +810,56 @@ class ApiTestCase(unittest.TestCase):
 
 def b64(data):
     return base64.b64encode(data).decode()
+
+
+E2E_DIR = os.path.join(source_dir(), "tests", "e2e")
+
+
+def require_npm_packages():
+    """The browser-side clients' npm packages (scripts/test runs 'npm ci' in tests/e2e)."""
+    if not os.path.isdir(os.path.join(E2E_DIR, "node_modules", "playwright-core")):
+        raise AssertionError(f"npm packages missing in {E2E_DIR}: scripts/test runs 'npm ci' there")
+
+
+class OneSandboxTestCase(ApiTestCase):
+    """A deployment without pools and one sandbox (cls.sid) for the whole class; each test opens
+    its own page in the sandbox's browser with open_page()."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start_deployment(warm_pool=0)
+        try:
+            r = cls.dbx.post("/v1/sandboxes", json={}, timeout=300)
+            if r.status_code != 201:
+                raise AssertionError(f"create: {describe(r)}")
+            cls.sid = r.json()["id"]
+        except BaseException:
+            cls.stop_deployment()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.dbx.request("DELETE", f"/v1/sandboxes/{cls.sid}", timeout=120)
+        finally:
+            cls.stop_deployment()
+
+    def open_page(self, html):
+        """Opens `html` as a data: URL in a new tab, brings it to the front and waits until it has
+        loaded; sets self.target and self.page (a CdpPage), which tearDown closes."""
+        from wsclient import CdpPage  # wsclient is a sibling module of the tests, not of the harness
+        base = f"/v1/sandboxes/{self.sid}/cdp"
+        url = "data:text/html," + urllib.parse.quote(html)
+        self.target = self.expect(self.dbx.request("PUT", base + "/json/new", params={"url": url}), 200)["id"]
+        self.expect(self.dbx.get(f"{base}/json/activate/{self.target}"), 200)
+        self.page = CdpPage(self.dbx.port, self.sid, self.target, self.dbx.key)
+        deadline = time.time() + 60
+        while self.page.evaluate("document.readyState") != "complete":
+            self.assertLess(time.time(), deadline, "the test page did not load")
+            time.sleep(0.2)
+
+    def tearDown(self):
+        if getattr(self, "page", None) is not None:
+            self.page.close()
+            self.dbx.get(f"/v1/sandboxes/{self.sid}/cdp/json/close/{self.target}")
+            self.page = None

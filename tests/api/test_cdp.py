@@ -11,7 +11,7 @@ import threading
 import time
 import unittest
 
-from harness import ApiTestCase, source_dir
+from harness import ApiTestCase, require_npm_packages, source_dir
 
 E2E = os.path.join(source_dir(), "tests", "e2e")
 NODE = "node"
@@ -29,8 +29,7 @@ def run_client(*args, timeout=300):
 class CdpTest(ApiTestCase):
     @classmethod
     def setUpClass(cls):
-        if not os.path.isdir(os.path.join(E2E, "node_modules", "playwright-core")):
-            raise AssertionError(f"npm packages missing in {E2E}: scripts/test runs 'npm ci' there")
+        require_npm_packages()
         cls.start_deployment(warm_pool=1)
 
     @classmethod

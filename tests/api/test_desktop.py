@@ -9,9 +9,8 @@ import base64
 import struct
 import time
 import unittest
-import urllib.parse
 
-from harness import ApiTestCase, describe
+from harness import OneSandboxTestCase, describe
 from wsclient import CdpPage
 
 PAGE = """<!doctype html><title>desk</title>
@@ -40,45 +39,16 @@ PAGE = """<!doctype html><title>desk</title>
 TEXT = "héllo wörld — 世界 🙂"
 
 
-class DesktopTest(ApiTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.start_deployment(warm_pool=0)
-        try:
-            r = cls.dbx.post("/v1/sandboxes", json={}, timeout=300)
-            if r.status_code != 201:
-                raise AssertionError(f"create: {describe(r)}")
-            cls.sid = r.json()["id"]
-        except BaseException:
-            cls.stop_deployment()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.dbx.request("DELETE", f"/v1/sandboxes/{cls.sid}", timeout=120)
-        finally:
-            cls.stop_deployment()
-
+class DesktopTest(OneSandboxTestCase):
     def setUp(self):
         # One sandbox for the class; a fresh page per test.
-        dbx = self.dbx
-        base = f"/v1/sandboxes/{self.sid}/cdp"
-        url = "data:text/html," + urllib.parse.quote(PAGE)
-        target = self.expect(dbx.request("PUT", base + "/json/new", params={"url": url}), 200)
-        self.target = target["id"]
-        self.expect(dbx.get(f"{base}/json/activate/{self.target}"), 200)
-        self.page = CdpPage(dbx.port, self.sid, self.target, dbx.key)
+        self.open_page(PAGE)
         deadline = time.time() + 60
-        while self.page.evaluate("document.readyState") != "complete" or self.page.evaluate("document.hasFocus()") is not True:
+        while self.page.evaluate("document.hasFocus()") is not True:
             self.assertLess(time.time(), deadline, "the test page never got focus")
             time.sleep(0.2)
         self.screen = self.screen_size()
         self.offset = self.calibrate()
-
-    def tearDown(self):
-        self.page.close()
-        self.dbx.get(f"/v1/sandboxes/{self.sid}/cdp/json/close/{self.target}")
 
     # ---- helpers --------------------------------------------------------------------------------
 
@@ -251,6 +221,36 @@ class DesktopTest(ApiTestCase):
         # A point outside the declared display is refused, not clamped.
         self.expect_error(self.act({"type": "move", "x": dw, "y": 1}, display=f"{dw}x{dh}", status=400),
                           400, "invalid_request", [f"between 0 and {dw - 1}"])
+
+    def test_a_display_declared_for_the_sandbox_is_every_call_s_default(self):
+        w, h = self.screen
+        dw, dh = w // 2, h // 2
+        url = f"/v1/sandboxes/{self.sid}"
+        sb = self.expect(self.dbx.request("PATCH", url, json={"display": {"width": dw, "height": dh}}), 200)
+        try:
+            self.assertEqual(sb["display"], {"width": dw, "height": dh})
+            self.assertEqual(self.expect(self.dbx.get(url), 200)["display"], {"width": dw, "height": dh})
+            shot = self.dbx.get(f"{url}/screenshot")
+            self.assertEqual((int(shot.headers["X-Image-Width"]), int(shot.headers["X-Image-Height"])), (dw, dh))
+            out = self.act({"type": "move", "x": 100, "y": 60})
+            sx, sy = int((100 + 0.5) * w / dw), int((60 + 0.5) * h / dh)
+            self.assertEqual(self.wait_for("window.last && [window.last.sx, window.last.sy]", [sx, sy]), [sx, sy])
+            self.assertEqual(out["display"]["width"], dw)
+            self.assertEqual(self.expect(self.dbx.get(f"{url}/cursor"), 200)["x"], 100)
+            self.assert_image(self.anthropic({"action": "screenshot"}), (dw, dh))
+            # A call's own display wins over the sandbox's.
+            cur = self.expect(self.dbx.get(f"{url}/cursor", params={"display": f"{w}x{h}"}), 200)
+            self.assertEqual((cur["x"], cur["y"]), (sx, sy))
+            self.expect_error(self.act({"type": "move", "x": dw, "y": 1}, status=400), 400, "invalid_request",
+                              [f"between 0 and {dw - 1}"])
+            for bad in ("0x5", "12", {"width": 5}, 7):
+                self.expect_error(self.dbx.request("PATCH", url, json={"display": bad}), 400, "invalid_request",
+                                  ["display"])
+        finally:
+            sb = self.expect(self.dbx.request("PATCH", url, json={"display": None}), 200)
+        self.assertIsNone(sb["display"])
+        shot = self.dbx.get(f"{url}/screenshot")
+        self.assertEqual((int(shot.headers["X-Image-Width"]), int(shot.headers["X-Image-Height"])), (w, h))
 
     def test_actions_are_on_the_timeline_with_who_sent_them(self):
         self.focus("#field")

@@ -34,7 +34,7 @@ import yaml
 from requests.structures import CaseInsensitiveDict
 
 from harness import ApiTestCase, CREATE_TIMEOUT_S, describe, source_dir
-from wsclient import WS_CLOSE, WS_TEXT, close_reason, ws_connect
+from wsclient import WS_BINARY, WS_CLOSE, WS_TEXT, close_reason, ws_connect
 
 SPEC_PATH = source_dir() / "api" / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
@@ -282,10 +282,11 @@ def run_list_templates(ctx, cred):
 
 
 def run_create_sandbox(ctx, cred):
-    body = {"timeout_s": 900, "on_timeout": "pause", "metadata": {"suite": "spec"}}
+    body = {"timeout_s": 900, "on_timeout": "pause", "metadata": {"suite": "spec"}, "display": "1024x640"}
     r = ctx.call("createSandbox", cred, json_body=body, record=True)
     if r.status_code == 201:
         ctx.created = ctx.test.json_of(r)["id"]
+        ctx.test.assertEqual(ctx.test.json_of(r)["display"], {"width": 1024, "height": 640})
     return [r]
 
 
@@ -635,6 +636,30 @@ def run_cdp_browser_socket_by_id(ctx, cred):
     return [hs]
 
 
+def run_viewer_socket(ctx, cred):
+    hs = ctx.ws("viewerSocket", cred)
+    if hs.status_code == 101:
+        opcode, payload = hs.ws.read_message()
+        ctx.test.assertEqual(opcode, WS_BINARY, "RFB comes in binary messages")
+        ctx.test.assertTrue(payload.startswith(b"RFB 003."), payload[:20])
+        hs.ws.close()
+    return [hs]
+
+
+def run_viewer_page(ctx, cred):
+    r = ctx.call("viewerPage", cred)
+    if r.status_code == 200:
+        ctx.test.assertIn("core/rfb.js", r.text)
+    return [r]
+
+
+def run_viewer_asset(ctx, cred):
+    r = ctx.call("viewerAsset", cred)
+    if r.status_code == 200:
+        ctx.test.assertIn("export default class RFB", r.text)
+    return [r]
+
+
 def run_cdp_page_socket(ctx, cred):
     page = cdp_new_page(ctx)["id"]
     try:
@@ -681,6 +706,12 @@ CASES = {
     "computerOpenAi": Case("POST", "/v1/sandboxes/{id}/computer/openai", ["control"], "sandbox",
                            lambda c: {"json_body": {"type": "screenshot"}}, run_computer_openai),
     "getCursor": Case("GET", "/v1/sandboxes/{id}/cursor", ["view", "control"], "sandbox", probe_none, run_cursor),
+    "viewerSocket": Case("GET", "/v1/sandboxes/{id}/vnc", ["view", "control"], "sandbox", probe_none,
+                         run_viewer_socket, True),
+    "viewerPage": Case("GET", "/v1/sandboxes/{id}/view", ["view", "control"], "sandbox", probe_none,
+                       run_viewer_page, True),
+    "viewerAsset": Case("GET", "/v1/sandboxes/{id}/view/novnc/{path}", ["view", "control"], "sandbox", probe_none,
+                        run_viewer_asset, second="core/rfb.js"),
     "setClipboard": Case("PUT", "/v1/sandboxes/{id}/clipboard", ["control"], "sandbox",
                          lambda c: {"json_body": {"text": "probe"}}, run_set_clipboard),
     "setEgress": Case("PUT", "/v1/sandboxes/{id}/egress", [], "sandbox",

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from requests.structures import CaseInsensitiveDict
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-WS_TEXT, WS_CLOSE, WS_PING, WS_PONG = 0x1, 0x8, 0x9, 0xA
+WS_TEXT, WS_BINARY, WS_CLOSE, WS_PING, WS_PONG = 0x1, 0x2, 0x8, 0x9, 0xA
 
 
 class WsAnswer:

@@ -149,5 +149,51 @@ TEST(StoreTest, RefusesAnotherSchemaVersion) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StoreTest, KeepsADeclaredDisplayAndMigratesAVersion1Database) {
+  auto dir = std::filesystem::temp_directory_path() / ("deskbox-store-v1-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "db").string();
+  {
+    // A database as version 1 made it: no display column.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* v1 = R"sql(
+      CREATE TABLE schema_version (version INTEGER NOT NULL);
+      INSERT INTO schema_version VALUES (1);
+      CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY, state TEXT NOT NULL, template TEXT NOT NULL,
+        slot INTEGER NOT NULL, qemu_pid INTEGER NOT NULL, width INTEGER NOT NULL, height INTEGER NOT NULL,
+        timeout_s INTEGER NOT NULL, on_timeout TEXT NOT NULL, expires_at_ms INTEGER NOT NULL,
+        created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, stopped_at_ms INTEGER NOT NULL,
+        metadata TEXT NOT NULL, egress TEXT NOT NULL, failure TEXT NOT NULL,
+        create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL);
+      INSERT INTO sandboxes VALUES ('sb-old', 'paused', 't@0', 0, 0, 1280, 800, 60, 'pause', 0, 1, 1, 0,
+                                    '{}', '', '', 'cold', 1.5, 'key_x');)sql";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s) << s.error();
+    auto all = (*s)->LoadSandboxes();
+    ASSERT_TRUE(all);
+    ASSERT_EQ(all->size(), 1u);
+    EXPECT_EQ(all->at(0).id, "sb-old");
+    EXPECT_EQ(all->at(0).display_w, 0u);
+    SandboxRecord r = all->at(0);
+    r.display_w = 1024;
+    r.display_h = 640;
+    ASSERT_TRUE((*s)->PutSandbox(r));
+  }
+  auto s = Store::Open(path);  // now version 2: opens as it is
+  ASSERT_TRUE(s) << s.error();
+  auto all = (*s)->LoadSandboxes();
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->at(0).display_w, 1024u);
+  EXPECT_EQ(all->at(0).display_h, 640u);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace deskbox::api

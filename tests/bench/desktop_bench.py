@@ -6,11 +6,14 @@
   - input → changed pixels: a typed character appearing in a focused text field, from the input
     leaving deskboxd to the first update the mirror receives (the actions answer's
     first_change_ms), beside a pointer move of a few pixels (the pointer is drawn into the
-    framebuffer), the cheapest change the guest can show;
+    framebuffer), the cheapest change the guest can show, and a click on a button whose label
+    changes;
+  - the agent's screenshots while N live viewers (/vnc, as noVNC uses it) watch a changing
+    screen, against the same screenshots with no viewer;
   - a full-screen update from the guest's Xvnc in Raw (what the mirror asks for) against ZRLE
     (what a compressing client would ask for), from inside the sandbox's netns.
 
-  desktop_bench.py [--shots N] [--clicks N] [--frames N]
+  desktop_bench.py [--shots N] [--clicks N] [--frames N] [--viewers N]
 """
 
 import argparse
@@ -20,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import zlib
@@ -27,7 +31,7 @@ import zlib
 from benchlib import Deskbox, pct, wait_quiet, wait_warm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
-from wsclient import CdpPage  # noqa: E402
+from wsclient import CdpPage, ws_connect  # noqa: E402
 
 PAGE = """<!doctype html><title>bench</title>
 <style>body{margin:0;font:24px sans-serif;background:#fff} p{margin:20px}
@@ -77,6 +81,65 @@ print(" ".join("%.2f" % t for t in times))
 """
 
 
+class Viewer(threading.Thread):
+    """A live-view client on /vnc: asks for incremental updates as fast as it reads them (ZRLE,
+    as noVNC would), skipping the pixels. Counts updates and bytes until stopped."""
+
+    def __init__(self, port, path):
+        super().__init__(daemon=True)
+        self.port, self.path = port, path
+        self.updates = self.bytes = 0
+        self.error = None
+        self.stop = threading.Event()
+
+    def run(self):
+        try:
+            ans = ws_connect(self.port, self.path, None, timeout=120)
+            if ans.status_code != 101:
+                raise RuntimeError(f"/vnc answered {ans.status_code}")
+            ws, buf = ans.ws, [b""]
+
+            def rd(n):
+                while len(buf[0]) < n:
+                    op, payload = ws.read_message()
+                    if op == 0x8:
+                        raise EOFError("closed")
+                    buf[0] += payload
+                    self.bytes += len(payload)
+                out, buf[0] = buf[0][:n], buf[0][n:]
+                return out
+
+            def send(b):
+                ws.send(0x2, b)
+
+            rd(12); send(b"RFB 003.008\n"); rd(rd(1)[0]); send(b"\x01"); rd(4); send(b"\x01")
+            init = rd(24); w, h = struct.unpack(">HH", init[:4]); rd(struct.unpack(">I", init[20:24])[0])
+            send(struct.pack(">BxH", 2, 3) + struct.pack(">iii", 16, 1, 0))
+            incremental = 0
+            while not self.stop.is_set():
+                send(struct.pack(">BBHHHH", 3, incremental, 0, 0, w, h))
+                incremental = 1
+                while True:
+                    t = rd(1)[0]
+                    if t == 0:
+                        break
+                    if t == 2:
+                        continue
+                    if t == 3:
+                        rd(3); rd(struct.unpack(">I", rd(4))[0]); continue
+                    raise RuntimeError(f"message type {t}")
+                for _ in range(struct.unpack(">xH", rd(3))[0]):
+                    x, y, rw, rh, e = struct.unpack(">HHHHi", rd(12))
+                    if e == 0: rd(rw * rh * 4)
+                    elif e == 1: rd(4)
+                    elif e == 16: rd(struct.unpack(">I", rd(4))[0])
+                    else: raise RuntimeError(f"encoding {e}")
+                self.updates += 1
+            ws.close()
+        except Exception as e:  # noqa: BLE001 - reported by the bench
+            self.error = str(e)
+
+
 def stats(values):
     return f"p50 {pct(values, 0.5):8.2f} ms  p90 {pct(values, 0.9):8.2f} ms"
 
@@ -86,6 +149,7 @@ def main():
     ap.add_argument("--shots", type=int, default=30)
     ap.add_argument("--clicks", type=int, default=15, help="typed characters, pointer moves and clicks")
     ap.add_argument("--frames", type=int, default=10)
+    ap.add_argument("--viewers", type=int, default=20)
     args = ap.parse_args()
     with Deskbox(warm_pool=1) as dbx:
         sid = dbx.post("/v1/sandboxes", json={}, timeout=300).json()["id"]
@@ -158,6 +222,46 @@ def main():
               f"   {len(moves)}/{args.clicks} changed")
         print(f"  click on a button                p50 {pct(clicks, 0.5):6.0f} ms  p90 {pct(clicks, 0.9):6.0f} ms"
               f"   {len(clicks)}/{args.clicks} changed, the page counted {clicked} of {args.clicks + 1} clicks")
+
+        # Live viewers: the agent's screenshots with none, then with --viewers watching a screen
+        # that changes (a moving box) and asking for every update.
+        page.evaluate("(() => { const b = document.createElement('div'); b.id = 'mv';"
+                      " b.style.cssText = 'position:fixed;left:0;top:75vh;width:80px;height:40px;background:#36c';"
+                      " document.body.append(b); let x = 0;"
+                      " setInterval(() => { x = (x + 16) % 1000; b.style.left = x + 'px'; }, 100); })()")
+        time.sleep(2)
+
+        def shots(n):
+            t = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = dbx.get(f"/v1/sandboxes/{sid}/screenshot", params={"format": "jpeg"})
+                t.append((time.perf_counter() - t0) * 1000)
+                assert r.status_code == 200, r.text
+            return t
+        alone = shots(args.shots)
+        view = dbx.post(f"/v1/sandboxes/{sid}/tokens", json={"scope": "view"}).json()["token"]
+        viewers = [Viewer(dbx.port, f"/v1/sandboxes/{sid}/vnc?token={view}") for _ in range(args.viewers)]
+        for v in viewers:
+            v.start()
+        time.sleep(10)
+        u0 = sum(v.updates for v in viewers)
+        t0 = time.perf_counter()
+        watched = shots(args.shots)
+        secs = time.perf_counter() - t0
+        rate = (sum(v.updates for v in viewers) - u0) / secs / max(1, len(viewers))
+        mib = sum(v.bytes for v in viewers) / 2**20
+        for v in viewers:
+            v.stop.set()
+        for v in viewers:
+            v.join(timeout=30)
+        failed = [v.error for v in viewers if v.error]
+        print(f"agent screenshots (JPEG) while {args.viewers} viewers watch a changing screen")
+        print(f"  no viewers (baseline)            {stats(alone)}")
+        print(f"  {args.viewers} viewers                      {stats(watched)}")
+        print(f"  ratio with / without  {pct(watched, 0.5) / pct(alone, 0.5):6.2f}x   (target: <= 1.20x)   "
+              f"{rate:.1f} updates/s per viewer, {mib:.1f} MiB relayed, {len(failed)} viewers failed"
+              + (f" ({failed[0]})" if failed else ""))
 
         # Raw against ZRLE from the guest's Xvnc.
         netns = [n for n in dbx.netns_names() if dbx.netns_slot(n) is not None]

@@ -16,6 +16,7 @@ struct DaemonConfig {
   uint16_t listen_port = 8080;
   std::string state_dir = "/var/lib/deskbox";
   std::string cache_dir = "/var/cache/deskbox";
+  std::string novnc_dir = "/usr/share/novnc";  // noVNC (Debian's novnc package), for the view page
   std::string api_key;  // bootstrap key (DESKBOX_API_KEY); empty: generate on first start
   std::string template_name;  // empty: the newest complete template in the cache
   std::string jailer_socket = "/run/deskbox/jailer.sock";

@@ -29,6 +29,7 @@
 #include "vmhost/sandbox_manager.h"
 #include "vnc_bridge/input.h"
 #include "vnc_bridge/mirror.h"
+#include "vnc_bridge/viewer_bridge.h"
 
 namespace deskbox::api {
 
@@ -100,6 +101,11 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   Reply CdpTargetAction(Call& c, std::string action, std::string answer);
   Reply CdpBrowser(Call& c);
   Reply CdpPage(Call& c);
+  // The live view (viewer.cc).
+  Reply ViewerSocket(Call& c);
+  Reply ViewerPage(Call& c);
+  Reply ViewerAsset(Call& c);
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialRfb(const std::string& id);
   boost::asio::awaitable<std::expected<GuestHttpAnswerJson, HttpResponse>> CdpGuestJson(Call& c, boost::beast::http::verb m,
                                                                                      const std::string& target);
   cdp_proxy::PublicUrls CdpUrls(const Call& c) const;
@@ -139,6 +145,9 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   boost::asio::awaitable<std::expected<std::shared_ptr<vnc_bridge::FrameMirror>, HttpResponse>> ReadyMirror(
       const std::string& id);
   void StopMirror(const std::string& id);
+  // The display the sandbox's model works in, if one was declared (create or PATCH); a call's
+  // own `display` wins.
+  std::optional<std::pair<uint32_t, uint32_t>> DeclaredDisplay(const std::string& id) const;
   // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
   // keycode for (desktop.cc says which).
   boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c, vnc_bridge::FrameMirror& m,
@@ -163,6 +172,7 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   Credentials credentials_;
   Metrics metrics_;
   cdp_proxy::CdpProxy cdp_;
+  std::unique_ptr<vnc_bridge::ViewerBridge> viewers_;
   std::unique_ptr<egress::Egress> egress_;
   std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
   // Per sandbox: the keysyms beyond ASCII typed so far (each holds a keycode in its X server).

@@ -22,6 +22,7 @@ struct SandboxRecord {
   uint32_t slot = 0;
   int qemu_pid = 0;
   uint32_t width = 0, height = 0;
+  uint32_t display_w = 0, display_h = 0;  // the display its model works in; 0: the screen's
   uint32_t timeout_s = 0;
   std::string on_timeout = "pause";
   int64_t expires_at_ms = 0;  // 0: no countdown running (paused, failed, stopped)
