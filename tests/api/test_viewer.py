@@ -182,6 +182,21 @@ class ViewerTest(OneSandboxTestCase):
                             headers={"Cookie": f"deskbox_view={view['token']}"})
                 self.assertIn(r.status_code, (400, 404), describe(r))
 
+    def test_many_viewers_at_once(self):
+        # All of them come from the host's one address: the guest's Xvnc must not take a burst of
+        # connections for an attack (its blacklist would refuse the sixth for 10 s).
+        view = self.token("view")
+        answers = [ws_connect(self.dbx.port, f"/v1/sandboxes/{self.sid}/vnc?token={view['token']}") for _ in range(12)]
+        try:
+            for ans in answers:
+                self.assertEqual(ans.status_code, 101, describe(ans))
+            for ans in answers:
+                self.assertEqual(RfbOverWs(ans.ws).handshake(), self.screen())
+        finally:
+            for ans in answers:
+                if ans.ws:
+                    ans.ws.close()
+
     def test_the_bridge_filters_a_raw_viewer_and_closes_viewers_on_pause(self):
         dbx, sid = self.dbx, self.sid
         view = self.token("view")

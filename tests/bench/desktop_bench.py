@@ -94,7 +94,7 @@ class Viewer(threading.Thread):
 
     def run(self):
         try:
-            ans = ws_connect(self.port, self.path, None, timeout=120)
+            ans = ws_connect(self.port, self.path, None, timeout=30)
             if ans.status_code != 101:
                 raise RuntimeError(f"/vnc answered {ans.status_code}")
             ws, buf = ans.ws, [b""]
@@ -112,7 +112,11 @@ class Viewer(threading.Thread):
             def send(b):
                 ws.send(0x2, b)
 
-            rd(12); send(b"RFB 003.008\n"); rd(rd(1)[0]); send(b"\x01"); rd(4); send(b"\x01")
+            rd(12); send(b"RFB 003.008\n")
+            n = rd(1)[0]
+            if n == 0:  # refused; the reason follows
+                raise RuntimeError("refused: " + rd(struct.unpack(">I", rd(4))[0]).decode(errors="replace"))
+            rd(n); send(b"\x01"); rd(4); send(b"\x01")
             init = rd(24); w, h = struct.unpack(">HH", init[:4]); rd(struct.unpack(">I", init[20:24])[0])
             send(struct.pack(">BxH", 2, 3) + struct.pack(">iii", 16, 1, 0))
             incremental = 0
@@ -153,14 +157,16 @@ def main():
     args = ap.parse_args()
     with Deskbox(warm_pool=1) as dbx:
         sid = dbx.post("/v1/sandboxes", json={}, timeout=300).json()["id"]
+        # The pool refills after the create: measure on a quiet host.
+        wait_warm(dbx, 1)
+        wait_quiet(0.7, timeout=120)
         base = f"/v1/sandboxes/{sid}/cdp"
         target = dbx.request("PUT", base + "/json/new", params={"url": "data:text/html," + urllib.parse.quote(PAGE)}).json()
         dbx.get(f"{base}/json/activate/{target['id']}")
         page = CdpPage(dbx.port, sid, target["id"], dbx.key)
         while page.evaluate("document.readyState") != "complete":
             time.sleep(0.2)
-        wait_warm(dbx, 1)
-        wait_quiet(0.7, timeout=120)
+        wait_quiet(0.7, timeout=60)
         shot = dbx.get(f"/v1/sandboxes/{sid}/screenshot")  # connects the mirror
         w, h = int(shot.headers["X-Screen-Width"]), int(shot.headers["X-Screen-Height"])
 

@@ -2,6 +2,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <vector>
 
 #include "common/http_reject.h"
@@ -44,6 +46,7 @@ struct ViewerBridge::Session {
   bool viewer_done = false;    // the viewer side can no longer be read
   bool guest_done = false;     // the guest side can no longer be read
   ClientFilter::Counts pending;  // input not yet reported
+  std::string greeting;          // what the guest sent before the viewer was accepted
   std::chrono::steady_clock::time_point last_report{};
   asio::steady_timer done;
 };
@@ -98,7 +101,7 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
                         fmt::format("this sandbox has {} viewers, the limit", options_.max_viewers_per_sandbox));
     co_return;
   }
-  auto guest = co_await dialer_(sandbox_id);
+  auto guest = co_await DialGreeted(sandbox_id);
   if (!guest) {
     co_await http_error(502, "guest_error", "cannot reach the sandbox's screen: " + guest.error());
     co_return;
@@ -121,10 +124,11 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
   boost::system::error_code ec;
   co_await viewer.async_accept(request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    guest->close(ec);
+    guest->first.close(ec);
     co_return;
   }
-  auto s = std::make_shared<Session>(std::move(viewer), std::move(*guest), may_control, executor_);
+  auto s = std::make_shared<Session>(std::move(viewer), std::move(guest->first), may_control, executor_);
+  s->greeting = std::move(guest->second);
   s->sandbox_id = sandbox_id;
   s->actor = actor;
   s->request_id = request_id;
@@ -192,9 +196,15 @@ asio::awaitable<void> ViewerBridge::GuestToViewer(std::shared_ptr<Session> s) {
   boost::system::error_code ec;
   asio::steady_timer write_deadline(executor_);
   bool slow = false;
-  for (;;) {
-    size_t n = co_await s->guest.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) break;
+  for (bool first = true;; first = false) {
+    size_t n = 0;
+    if (first && !s->greeting.empty()) {
+      n = std::min(buf.size(), s->greeting.size());
+      std::memcpy(buf.data(), s->greeting.data(), n);
+    } else {
+      n = co_await s->guest.async_read_some(asio::buffer(buf), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) break;
+    }
     // A viewer that does not take a message within write_timeout is dropped.
     write_deadline.expires_after(options_.write_timeout);
     write_deadline.async_wait([s, &slow](boost::system::error_code tec) {
@@ -220,6 +230,60 @@ asio::awaitable<void> ViewerBridge::GuestToViewer(std::shared_ptr<Session> s) {
   if (reason.reason.size() > 120) reason.reason.resize(120);
   boost::system::error_code cec;
   co_await s->viewer.async_close(reason, asio::redirect_error(asio::use_awaitable, cec));
+}
+
+asio::awaitable<std::expected<std::pair<asio::ip::tcp::socket, std::string>, std::string>> ViewerBridge::DialGreeted(
+    const std::string& sandbox_id) {
+  // Xvnc listens with a backlog of 5 and, emulated, accepts slowly: a burst of connections
+  // overflows its accept queue, and a connection the kernel completed on our side but never
+  // queued on the guest's gets no greeting, ever. So at most kMaxDialsInFlight connections per
+  // sandbox wait for their greeting at once, and one that gets none in time is made again.
+  constexpr size_t kMaxDialsInFlight = 3;
+  constexpr int kAttempts = 3;
+  auto alive = alive_;
+  asio::steady_timer timer(executor_);
+  auto deadline = std::chrono::steady_clock::now() + options_.write_timeout;
+  while (dials_[sandbox_id] >= kMaxDialsInFlight) {
+    if (std::chrono::steady_clock::now() > deadline) co_return std::unexpected(std::string("too many viewers connecting"));
+    timer.expires_after(20ms);
+    boost::system::error_code ec;
+    co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (!*alive) co_return std::unexpected(std::string("deskboxd is stopping"));
+  }
+  ++dials_[sandbox_id];
+  struct Release {
+    std::map<std::string, size_t>& dials;
+    std::string id;
+    std::shared_ptr<bool> alive;
+    ~Release() {
+      if (!*alive) return;
+      if (--dials[id] == 0) dials.erase(id);
+    }
+  } release{dials_, sandbox_id, alive};
+  std::string last;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    auto sock = co_await dialer_(sandbox_id);
+    if (!sock) co_return std::unexpected(sock.error());
+    // The greeting ("RFB 003.008\n") within the greeting timeout.
+    std::string greeting(12, '\0');
+    bool expired = false;
+    timer.expires_after(options_.greeting_timeout);
+    timer.async_wait([&](boost::system::error_code tec) {
+      if (tec) return;
+      expired = true;
+      boost::system::error_code cec;
+      sock->cancel(cec);
+    });
+    boost::system::error_code ec;
+    size_t n = co_await asio::async_read(*sock, asio::buffer(greeting), asio::redirect_error(asio::use_awaitable, ec));
+    timer.cancel();
+    if (!ec) co_return std::pair{std::move(*sock), greeting.substr(0, n)};
+    last = expired ? "no greeting from the screen" : ec.message();
+    log::Warn(kLog, "sandbox {}: viewer connection {} of {}: {}", sandbox_id, attempt, kAttempts, last);
+    boost::system::error_code cec;
+    sock->close(cec);
+  }
+  co_return std::unexpected(last);
 }
 
 void ViewerBridge::CloseSandbox(const std::string& sandbox_id, const std::string& reason) {

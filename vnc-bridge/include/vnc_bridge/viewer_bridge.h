@@ -38,6 +38,7 @@ struct ViewerBridgeOptions {
   size_t read_chunk = 64 * 1024;                   // guest bytes per WebSocket message, at most
   std::chrono::milliseconds write_timeout{30000};  // a viewer slower than this is dropped
   std::chrono::milliseconds input_report_interval{1000};
+  std::chrono::milliseconds greeting_timeout{5000};  // the guest's RFB greeting after connecting
 };
 
 class ViewerBridge {
@@ -67,6 +68,10 @@ class ViewerBridge {
   struct Session;
 
  private:
+  // Connects to the guest and reads its RFB greeting (returned with the socket), pacing a burst
+  // of viewers so that the guest's accept queue never overflows.
+  boost::asio::awaitable<std::expected<std::pair<boost::asio::ip::tcp::socket, std::string>, std::string>> DialGreeted(
+      const std::string& sandbox_id);
   boost::asio::awaitable<void> ViewerToGuest(std::shared_ptr<Session> s);
   boost::asio::awaitable<void> GuestToViewer(std::shared_ptr<Session> s);
   void Report(Session& s, bool final);
@@ -76,6 +81,7 @@ class ViewerBridge {
   recorder::EventSink& events_;
   ViewerBridgeOptions options_;
   std::map<std::string, std::set<Session*>> sessions_;
+  std::map<std::string, size_t> dials_;  // per sandbox: connections waiting for the greeting
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
