@@ -221,6 +221,11 @@ class DesktopTest(OneSandboxTestCase):
         # A point outside the declared display is refused, not clamped.
         self.expect_error(self.act({"type": "move", "x": dw, "y": 1}, display=f"{dw}x{dh}", status=400),
                           400, "invalid_request", [f"between 0 and {dw - 1}"])
+        # A click in display coordinates hits the element under the point it maps to.
+        bx, by = self.centre_of("#go")
+        clicks = self.page.evaluate("window.clicks")
+        self.act({"type": "click", "x": bx * dw // w, "y": by * dh // h}, display=f"{dw}x{dh}")
+        self.assertEqual(self.wait_for("window.clicks", clicks + 1), clicks + 1, "the scaled click hit the button")
 
     def test_a_display_declared_for_the_sandbox_is_every_call_s_default(self):
         w, h = self.screen
