@@ -131,7 +131,9 @@ std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in)
   return std::nullopt;
 }
 
-std::optional<std::pair<uint32_t, uint32_t>> ApiService::DeclaredDisplay(const std::string& id) const {
+std::optional<std::pair<uint32_t, uint32_t>> ApiService::EffectiveDisplay(
+    const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const {
+  if (asked) return asked;
   auto it = records_.find(id);
   if (it == records_.end() || !it->second.display_w || !it->second.display_h) return std::nullopt;
   return std::pair{it->second.display_w, it->second.display_h};
@@ -422,7 +424,7 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), fb);
+  Display d = DisplayOf(EffectiveDisplay(c.id, display), fb);
   // One of width/height alone keeps the aspect ratio.
   if (img.width && !img.height)
     img.height = std::max<uint32_t>(1, static_cast<uint32_t>(uint64_t{img.width} * d.h() / d.w()));
@@ -454,7 +456,7 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
-  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), fb);
+  Display d = DisplayOf(EffectiveDisplay(c.id, display), fb);
   auto p = d.ToDisplay((*mirror)->pointer());
   co_return Json(200, json{{"x", p.x},
                            {"y", p.y},
@@ -626,7 +628,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
+  Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
   std::vector<vb::Action> actions;
   for (size_t i = 0; i < list->size(); ++i) {
     auto a = ParseAction((*list)[i], i, d);
@@ -1059,7 +1061,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
+  Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
   auto result = [&](json content, bool is_error) {
     json r = {{"type", "tool_result"}, {"content", std::move(content)}, {"is_error", is_error}};
     if (!tool_use_id.empty()) r["tool_use_id"] = tool_use_id;
@@ -1132,7 +1134,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
   auto mirror = co_await ReadyMirror(c.id);
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
-  Display d = DisplayOf(display ? display : DeclaredDisplay(c.id), m->framebuffer());
+  Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
   std::vector<vb::Action> actions;
   json params = json::array();
   for (size_t i = 0; i < list.size(); ++i) {

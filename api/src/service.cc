@@ -531,6 +531,7 @@ asio::awaitable<HttpResponse> ApiService::Handle(Exchange& ex) {
         denied = Error(401, "unauthorized", "missing 'Authorization: Bearer <key or token>'");
       }
       if (!denied) {
+        call.secret = secret;
         auto p = credentials_.Authenticate(secret, NowMs());
         if (!p) denied = Error(401, "unauthorized", "the key or token is not valid (unknown, revoked or expired)");
         else call.principal = *p;

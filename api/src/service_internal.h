@@ -18,6 +18,7 @@ struct ApiService::Call {
   std::string target;  // the {target} path parameter (CDP target or browser id), or the {path} rest
   std::string request_id;
   std::string query_token;  // the credential, when it came in the query string
+  std::string secret;       // the credential, however it came (header, query or cookie)
 };
 
 struct ApiService::Route {

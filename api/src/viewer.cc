@@ -135,11 +135,6 @@ asio::awaitable<HttpResponse> ApiService::ViewerPage(Call& c) {
   bool control = c.principal.kind == Principal::Kind::kApiKey || c.principal.scope == Scope::kControl;
   // The credential that opened the page (?token= or the header) authenticates its modules and
   // its WebSocket as a cookie.
-  std::string secret = c.query_token;
-  if (secret.empty()) {
-    std::string_view auth = c.ex.header("Authorization");
-    secret = std::string(auth.substr(std::min<size_t>(7, auth.size())));
-  }
   std::string nonce = NewId("n");
   HttpResponse r;
   r.content_type = "text/html; charset=utf-8";
@@ -155,7 +150,7 @@ asio::awaitable<HttpResponse> ApiService::ViewerPage(Call& c) {
   // Scoped to this sandbox's routes (only /vnc and the modules accept it), not readable by
   // script, never sent by another site's page (so no cross-site WebSocket can use it).
   r.headers.emplace_back("Set-Cookie", fmt::format("{}={}; Path=/v1/sandboxes/{}/; HttpOnly; SameSite=Strict",
-                                                   kViewCookie, secret, c.id));
+                                                   kViewCookie, c.secret, c.id));
   co_return r;
 }
 

@@ -346,12 +346,9 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
               break;
             }
           }
-          if (!dead) {
-            fresh = true;
-            break;
-          }
-          last = "a new page does not run script: " + dead->message;
-          break;
+          fresh = !dead;
+          if (dead) last = "a new page does not run script: " + dead->message;
+          break;  // fresh, or a dead page that only the next round replaces
         }
       } else {
         last = pages ? "no page yet" : pages.error().message;

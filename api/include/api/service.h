@@ -145,9 +145,10 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   boost::asio::awaitable<std::expected<std::shared_ptr<vnc_bridge::FrameMirror>, HttpResponse>> ReadyMirror(
       const std::string& id);
   void StopMirror(const std::string& id);
-  // The display the sandbox's model works in, if one was declared (create or PATCH); a call's
-  // own `display` wins.
-  std::optional<std::pair<uint32_t, uint32_t>> DeclaredDisplay(const std::string& id) const;
+  // The display a call works in: its own `display` (`asked`), else the one declared for the
+  // sandbox (create or PATCH), else none (the screen's size).
+  std::optional<std::pair<uint32_t, uint32_t>> EffectiveDisplay(
+      const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const;
   // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
   // keycode for (desktop.cc says which).
   boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c, vnc_bridge::FrameMirror& m,
