@@ -98,5 +98,30 @@ TEST(QemuCommand, SafeNames) {
   EXPECT_FALSE(IsSafeName(std::string(200, 'a')));
 }
 
+TEST(QemuCommand, CpuModels) {
+  EXPECT_TRUE(IsValidCpuModel(kDefaultCpuModel));
+  EXPECT_TRUE(IsValidCpuModel("Nehalem"));
+  EXPECT_TRUE(IsValidCpuModel("host"));
+  EXPECT_TRUE(IsValidCpuModel("Skylake-Client-v4,+rdrand,-spec-ctrl"));
+  EXPECT_FALSE(IsValidCpuModel(""));
+  EXPECT_FALSE(IsValidCpuModel(",+rdrand"));
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,"));
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,rdrand"));            // a bare feature
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,+"));
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,+rdrand,,+aes"));
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,rdrand=on"));         // no properties
+  EXPECT_FALSE(IsValidCpuModel("Nehalem,+RDRAND"));
+  EXPECT_FALSE(IsValidCpuModel("Nehalem -enable-kvm"));
+  EXPECT_FALSE(IsValidCpuModel(std::string(49, 'N')));
+  std::string many = "Nehalem";
+  for (int i = 0; i < 17; ++i) many += ",+f" + std::to_string(i);
+  EXPECT_FALSE(IsValidCpuModel(many));
+  QemuSpec s;
+  auto argv = BuildQemuArgv(s);
+  auto it = std::find(argv.begin(), argv.end(), "-cpu");
+  ASSERT_NE(it, argv.end());
+  EXPECT_EQ(*std::next(it), "Nehalem,+rdrand");
+}
+
 }  // namespace
 }  // namespace deskbox::vmhost

@@ -328,9 +328,9 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
   if (!netns) return Fail(ENOENT, fmt::format("slot {} has no network (CreateSlot first)", slot));
   if (r.accelerator() != "kvm" && r.accelerator() != "tcg")
     return Fail(EINVAL, "accelerator must be resolved to kvm or tcg");
-  if (r.cpu_model().empty() || r.cpu_model().size() > 64 ||
-      r.cpu_model().find_first_of(", =") != std::string::npos)
-    return Fail(EINVAL, "bad cpu model");
+  if (!IsValidCpuModel(r.cpu_model()))
+    return Fail(EINVAL, fmt::format("bad cpu model \"{}\" (a model name, then ,+feature or ,-feature)",
+                                    r.cpu_model().substr(0, 64)));
   uid_t uid = config_.uid_base + slot;
   std::string slot_dir = SlotDir(slot);
 

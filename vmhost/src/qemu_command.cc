@@ -56,6 +56,29 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
   return a;
 }
 
+bool IsValidCpuModel(std::string_view model) {
+  auto word = [](std::string_view w, size_t max, bool upper) {
+    if (w.empty() || w.size() > max) return false;
+    for (char c : w) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+                (upper && c >= 'A' && c <= 'Z');
+      if (!ok) return false;
+    }
+    return true;
+  };
+  size_t comma = model.find(',');
+  if (!word(model.substr(0, comma), 48, true)) return false;
+  int features = 0;
+  while (comma != std::string_view::npos) {
+    model.remove_prefix(comma + 1);
+    comma = model.find(',');
+    std::string_view item = model.substr(0, comma);
+    if (item.size() < 2 || (item[0] != '+' && item[0] != '-') || !word(item.substr(1), 32, false)) return false;
+    if (++features > 16) return false;
+  }
+  return true;
+}
+
 std::string ResolveAccelerator(std::string_view requested, std::string_view cpuinfo,
                                bool kvm_device_usable) {
   if (requested == "kvm" || requested == "tcg") return std::string(requested);

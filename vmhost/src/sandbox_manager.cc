@@ -2,6 +2,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -23,6 +24,7 @@ namespace deskbox::vmhost {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
+using namespace boost::asio::experimental::awaitable_operators;
 using nlohmann::json;
 constexpr char kLog[] = "vmhost";
 
@@ -292,13 +294,16 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& s
       if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
     }
   };
-  if (auto r = co_await step("set clock", true); !r) co_return r;
-  co_return co_await step("reseed", false);
+  // Both requests are in flight at once: the agent answers each as it is done, and a warm
+  // hand-out is then one round trip to a guest that has to wake up for it.
+  auto [clock, reseed] = co_await (step("set clock", true) && step("reseed", false));
+  if (!clock) co_return clock;
+  co_return reseed;
 }
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(Sandbox& sb) {
   // Chromium's processes restored from the snapshot share user-space random state across
-  // clones; the guest script restarts the ones that hand randomness to pages and to TLS
+  // clones; the guest script restarts the renderers, whose V8 generators nothing reseeds
   // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
   auto t0 = std::chrono::steady_clock::now();
   auto deadline = t0 + 3 * config_.ready_timeout;  // up to three rounds
@@ -619,7 +624,9 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
       path = CreatePath::kCold;
     }
   }
-  KickRefill();
+  // A refill restores a guest, which under emulation takes the CPU the hand-out needs: a warm
+  // create kicks it once its own guest is handed out.
+  if (path != CreatePath::kWarm) KickRefill();
   *warm = path == CreatePath::kWarm;
   if (path != CreatePath::kCold) co_await SetPriority(*sb, /*background=*/false);
   sb->id = NewId();
@@ -649,6 +656,7 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   }
   auto t_restored = std::chrono::steady_clock::now();
   auto h = co_await HandOut(*sb);
+  if (path == CreatePath::kWarm) KickRefill();
   if (!h) co_return co_await fail(h.error());
   log::Debug(kLog, "slot {}: hand-out took {:.0f} ms", sb->slot,
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_restored).count());

@@ -17,12 +17,18 @@ struct BootFiles {
   std::string append;
 };
 
+// Nehalem (SSE4.2, no AVX: cheap under TCG) with RDRAND, which TCG emulates from the host's
+// getrandom(). BoringSSL mixes RDRAND into every RAND_bytes call on Intel CPUs that have it, so
+// Chromium's processes restored from one snapshot draw different random bytes at once
+// (docs/guest.md, "Random state after restore").
+inline constexpr std::string_view kDefaultCpuModel = "Nehalem,+rdrand";
+
 struct QemuSpec {
   std::string binary = "qemu-system-x86_64";
   std::string name;                 // shown in ps
   std::string accelerator = "tcg";  // "kvm" or "tcg" (already resolved)
   uint32_t tb_size_mib = 64;        // TCG translation cache bound
-  std::string cpu_model = "Nehalem";
+  std::string cpu_model = std::string(kDefaultCpuModel);
   uint32_t smp = 2;
   uint64_t memory_mib = 2048;
   std::string ram_path;
@@ -48,6 +54,11 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& spec);
 std::string ResolveAccelerator(std::string_view requested, std::string_view cpuinfo,
                                bool kvm_device_usable);
 std::string ResolveAcceleratorOnHost(std::string_view requested);
+
+// True for a QEMU -cpu value this project passes on: a model name ([A-Za-z0-9._-]{1,48}) and
+// then features switched on or off (",+name" / ",-name", name [a-z0-9._-]{1,32}), at most 16,
+// nothing else (no "=" properties, no empty items).
+bool IsValidCpuModel(std::string_view model);
 
 // True for names safe to use as one path component: [A-Za-z0-9._@-]{1,128}, not "." or "..".
 bool IsSafeName(std::string_view name);

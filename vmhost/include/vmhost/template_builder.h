@@ -9,6 +9,7 @@
 #include <string>
 
 #include "vmhost/jailer_client.h"
+#include "vmhost/qemu_command.h"
 
 namespace deskbox::vmhost {
 
@@ -19,7 +20,7 @@ struct TemplateBuildOptions {
   uint32_t screen_width = 1280, screen_height = 800;
   uint32_t smp = 2;
   uint64_t memory_mib = 2048;
-  std::string cpu_model = "Nehalem";
+  std::string cpu_model = std::string(kDefaultCpuModel);
   std::string accelerator = "auto";
   uint32_t tb_size_mib = 64;
   uint32_t slot = 999;            // the build's own network slot
