@@ -278,6 +278,8 @@ class Deskbox:
                "--destroy-on-exit", *self.extra_args]
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": str(self.daemon_state),
                "DESKBOX_API_KEY": self.key}
+        if os.environ.get("DESKBOX_LOG"):  # e.g. debug, to see the restore path's timings
+            env["DESKBOX_LOG"] = os.environ["DESKBOX_LOG"]
         with open(self.daemon_log, "ab") as log:
             log.write(f"==== deskboxd started {time.strftime('%H:%M:%S')} on port {self.port}\n".encode())
             log.flush()

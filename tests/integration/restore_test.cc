@@ -419,6 +419,13 @@ TEST_F(JailerRequestTest, RefusesBadRequestsWithTheCause) {
   r = Call(wrong_cpu);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find("-cpu"), std::string::npos) << r.error();
+  for (const char* bad : {"Nehalem,rdrand=on", "Nehalem -S", "Nehalem,,+rdrand"}) {
+    auto bad_cpu = Launch(3, env_.template_name);
+    bad_cpu.mutable_launch()->set_cpu_model(bad);
+    r = Call(bad_cpu);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().find("bad cpu model"), std::string::npos) << r.error();
+  }
   r = Call(Slot(100000, true));
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error().find("out of range"), std::string::npos) << r.error();

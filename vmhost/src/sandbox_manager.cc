@@ -323,8 +323,10 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
       co_return std::unexpected(VmError{VmError::Code::kGuest,
                                         fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
                                                     r->exec().stderr().substr(0, 200))});
+    auto t_script = std::chrono::steady_clock::now();
     auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
     if (!ready) co_return ready;
+    auto t_services = std::chrono::steady_clock::now();
     // Done when the old pages are gone and every page has loaded something and runs script.
     // A loaded host (a compile beside two guests) has made /json/list take over 5 s.
     auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(45));
@@ -358,8 +360,12 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
       } else {
         last = pages ? "no page yet" : pages.error().message;
       }
-      if (!fresh) co_await Sleep(50ms);
+      if (!fresh) co_await Sleep(250ms);  // each poll is work for the browser, which is starting a renderer
     }
+    log::Debug(kLog, "slot {}: refresh round {}: script {:.0f} ms, RFB + CDP {:.0f} ms, pages {:.0f} ms", sb.slot,
+               round, std::chrono::duration<double, std::milli>(t_script - t0).count(),
+               std::chrono::duration<double, std::milli>(t_services - t_script).count(),
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_services).count());
     if (fresh) break;
     if (round >= 3 || std::chrono::steady_clock::now() >= deadline)
       co_return std::unexpected(VmError{VmError::Code::kTimeout,
@@ -650,9 +656,12 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
     ~ClientRestore() { if (on) --n; }
   } client_restore{client_restores_, path != CreatePath::kWarm};
   if (client_restore.on) ++client_restores_;
+  auto t_start = std::chrono::steady_clock::now();
   if (path != CreatePath::kWarm) {
     auto r = co_await Restore(*sb);
     if (!r) co_return co_await fail(r.error());
+    log::Debug(kLog, "slot {}: restored in {:.0f} ms", sb->slot,
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_start).count());
   }
   auto t_restored = std::chrono::steady_clock::now();
   auto h = co_await HandOut(*sb);

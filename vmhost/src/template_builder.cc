@@ -124,6 +124,30 @@ asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
       vm.report.x_ready(), vm.report.cdp_ready(), vm.report.first_paint(), vm.report.settled()));
 }
 
+// Kills the browser's renderers (the guest's prepare-template: every restore restarts them, so
+// the snapshot need not hold any) and waits until the guest is idle again.
+asio::awaitable<std::expected<void, std::string>> PrepareForSnapshot(BootedVm& vm, const TemplateBuildOptions& o) {
+  agent::v1::Request req;
+  req.mutable_exec()->add_argv("/usr/lib/deskbox/prepare-template");
+  req.mutable_exec()->set_timeout_s(90);
+  auto r = co_await vm.agent->Call(std::move(req), 100s);
+  if (!r) co_return std::unexpected("prepare-template: " + r.error().message);
+  if (r->exec().exit_code() != 0)
+    co_return std::unexpected(fmt::format("prepare-template exited {}: {}", r->exec().exit_code(),
+                                          r->exec().stderr().substr(0, 300)));
+  auto deadline = std::chrono::steady_clock::now() + o.boot_timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    agent::v1::Request ready;
+    ready.mutable_ready()->set_timeout_ms(20000);
+    ready.mutable_ready()->set_require_settled(true);
+    auto rr = co_await vm.agent->Call(std::move(ready), 40s);
+    if (!rr) co_return std::unexpected("agent ready: " + rr.error().message);
+    if (rr->ready().ready()) co_return std::expected<void, std::string>{};
+    log::Info(kLog, "not idle yet after prepare-template: idle={:.2f}", rr->ready().idle_fraction());
+  }
+  co_return std::unexpected("the guest did not settle after prepare-template");
+}
+
 asio::awaitable<std::expected<void, std::string>> Snapshot(BootedVm& vm, const std::string& staging_dir) {
   auto stop = co_await vm.qmp->Execute("stop");
   if (!stop) co_return std::unexpected("stop: " + stop.error().message);
@@ -188,7 +212,8 @@ asio::awaitable<std::expected<std::string, std::string>> BuildTemplate(Jailer& j
       auto booted = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       log::Info(kLog, "desktop ready after {:.1f} s (chromium {}), snapshotting", booted,
                 vm->report.chromium_version());
-      snap = co_await Snapshot(*vm, staging_dir);
+      auto prepared = co_await PrepareForSnapshot(*vm, o);
+      snap = prepared ? co_await Snapshot(*vm, staging_dir) : std::unexpected(prepared.error());
     }
     (void)co_await DestroySlot(jailer, o.slot);  // QEMU is gone after this
     if (vm && snap) {
