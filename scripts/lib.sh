@@ -24,6 +24,9 @@ print_stage_times() {
 }
 
 build() {
+  # ccache keys on paths relative to the checkout, so every clone (CI's is a fresh one each
+  # time) reuses what an earlier one compiled. Debug info then names the first clone's paths.
+  export CCACHE_BASEDIR="$DESKBOX_ROOT" CCACHE_NOHASHDIR=true
   cmake -S "$DESKBOX_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   ninja -C "$BUILD_DIR"
 }
