@@ -64,6 +64,25 @@ asio::awaitable<std::expected<void, std::string>> DestroySlot(Jailer& j, uint32_
   co_return std::expected<void, std::string>{};
 }
 
+// Asks the agent until it reports the desktop ready and the guest settled (true), or until
+// `deadline` (false). `report` keeps the last report.
+asio::awaitable<std::expected<bool, std::string>> WaitDesktopSettled(AgentClient& agent,
+                                                                     std::chrono::steady_clock::time_point deadline,
+                                                                     agent::v1::ReadyReport& report) {
+  while (std::chrono::steady_clock::now() < deadline) {
+    agent::v1::Request ready;
+    ready.mutable_ready()->set_timeout_ms(20000);
+    ready.mutable_ready()->set_require_settled(true);
+    auto rr = co_await agent.Call(std::move(ready), 40s);
+    if (!rr) co_return std::unexpected("agent ready: " + rr.error().message);
+    report = rr->ready();
+    if (report.ready()) co_return true;
+    log::Info(kLog, "not ready yet: x={} cdp={} paint={} settled={} idle={:.2f}", report.x_ready(),
+              report.cdp_ready(), report.first_paint(), report.settled(), report.idle_fraction());
+  }
+  co_return false;
+}
+
 // One boot attempt: returns the VM once the agent reports ready and settled.
 asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
                                                                const TemplateBuildOptions& o,
@@ -107,18 +126,9 @@ asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
   }
   if (!pinged) co_return std::unexpected(fmt::format("the guest agent did not answer within {} s", o.boot_timeout.count()));
   log::Info(kLog, "agent answered; waiting for the desktop to be ready and idle");
-  while (std::chrono::steady_clock::now() < deadline) {
-    agent::v1::Request ready;
-    ready.mutable_ready()->set_timeout_ms(20000);
-    ready.mutable_ready()->set_require_settled(true);
-    auto rr = co_await vm.agent->Call(std::move(ready), 40s);
-    if (!rr) co_return std::unexpected("agent ready: " + rr.error().message);
-    vm.report = rr->ready();
-    if (vm.report.ready()) co_return vm;
-    log::Info(kLog, "not ready yet: x={} cdp={} paint={} settled={} idle={:.2f}", vm.report.x_ready(),
-              vm.report.cdp_ready(), vm.report.first_paint(), vm.report.settled(),
-              vm.report.idle_fraction());
-  }
+  auto settled = co_await WaitDesktopSettled(*vm.agent, deadline, vm.report);
+  if (!settled) co_return std::unexpected(settled.error());
+  if (*settled) co_return vm;
   co_return std::unexpected(fmt::format(
       "the desktop was not ready within {} s (x={} cdp={} paint={} settled={})", o.boot_timeout.count(),
       vm.report.x_ready(), vm.report.cdp_ready(), vm.report.first_paint(), vm.report.settled()));
@@ -135,17 +145,12 @@ asio::awaitable<std::expected<void, std::string>> PrepareForSnapshot(BootedVm& v
   if (r->exec().exit_code() != 0)
     co_return std::unexpected(fmt::format("prepare-template exited {}: {}", r->exec().exit_code(),
                                           r->exec().stderr().substr(0, 300)));
-  auto deadline = std::chrono::steady_clock::now() + o.boot_timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    agent::v1::Request ready;
-    ready.mutable_ready()->set_timeout_ms(20000);
-    ready.mutable_ready()->set_require_settled(true);
-    auto rr = co_await vm.agent->Call(std::move(ready), 40s);
-    if (!rr) co_return std::unexpected("agent ready: " + rr.error().message);
-    if (rr->ready().ready()) co_return std::expected<void, std::string>{};
-    log::Info(kLog, "not idle yet after prepare-template: idle={:.2f}", rr->ready().idle_fraction());
-  }
-  co_return std::unexpected("the guest did not settle after prepare-template");
+  // The boot's report stays the one the manifest records.
+  agent::v1::ReadyReport after;
+  auto settled = co_await WaitDesktopSettled(*vm.agent, std::chrono::steady_clock::now() + o.boot_timeout, after);
+  if (!settled) co_return std::unexpected(settled.error());
+  if (!*settled) co_return std::unexpected("the guest did not settle after prepare-template");
+  co_return std::expected<void, std::string>{};
 }
 
 asio::awaitable<std::expected<void, std::string>> Snapshot(BootedVm& vm, const std::string& staging_dir) {
