@@ -71,6 +71,9 @@ std::vector<std::string> SplitList(const std::string& v) {
   return out;
 }
 
+static_assert(vmhost::kMinTbSizeMib == 16 && vmhost::kMaxTbSizeMib == 2048 && vmhost::kDefaultTbSizeMib == 512,
+              "the --tb-size description states these");
+
 const std::vector<Setting>& Settings() {
   static const std::vector<Setting> settings = {
       {"--listen", "DESKBOX_LISTEN", "HOST:PORT", "address of the HTTP API (default 127.0.0.1:8080)",
@@ -143,6 +146,9 @@ const std::vector<Setting>& Settings() {
        Number(&DaemonConfig::prestart_pool, 0, 64)},
       {"--netns-pool", "DESKBOX_NETNS_POOL", "N", "network slots made ahead, 0..64 (default 2)",
        Number(&DaemonConfig::netns_pool, 0, 64)},
+      {"--tb-size", "DESKBOX_TB_SIZE_MIB", "MIB",
+       "TCG translation cache per sandbox in MiB, 16..2048 (default 512; ignored under KVM)",
+       Number(&DaemonConfig::tb_size_mib, vmhost::kMinTbSizeMib, vmhost::kMaxTbSizeMib)},
       {"--default-timeout", "DESKBOX_DEFAULT_TIMEOUT_S", "SECONDS", "timeout of a sandbox created without one (default 3600)",
        Number(&DaemonConfig::default_timeout_s, 1, 7 * 24 * 3600)},
       {"--max-timeout", "DESKBOX_MAX_TIMEOUT_S", "SECONDS", "largest timeout_s a client may ask for (default 604800)",

@@ -12,7 +12,22 @@ TEST(ConfigTest, DefaultsWithNothingSet) {
   EXPECT_EQ(c->config.listen_port, 8080);
   EXPECT_EQ(c->config.state_dir, "/var/lib/deskbox");
   EXPECT_EQ(c->config.max_sandboxes, 16u);
+  EXPECT_EQ(c->config.tb_size_mib, 512u);
   EXPECT_FALSE(c->config.destroy_on_exit);
+}
+
+TEST(ConfigTest, TranslationCacheSize) {
+  auto c = ParseConfig({"--tb-size", "128"}, {{"DESKBOX_TB_SIZE_MIB", "1024"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.tb_size_mib, 128u);
+  c = ParseConfig({}, {{"DESKBOX_TB_SIZE_MIB", "1024"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.tb_size_mib, 1024u);
+  for (const char* bad : {"15", "2049", "64M", ""}) {
+    auto r = ParseConfig({}, {{"DESKBOX_TB_SIZE_MIB", bad}});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().find("DESKBOX_TB_SIZE_MIB"), std::string::npos) << r.error();
+  }
 }
 
 TEST(ConfigTest, FlagsWinOverEnvironment) {
@@ -54,7 +69,8 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
 TEST(ConfigTest, UsageListsEverySetting) {
   std::string u = Usage();
   for (const char* s : {"DESKBOX_LISTEN", "DESKBOX_STATE_DIR", "DESKBOX_CACHE_DIR", "DESKBOX_API_KEY",
-                        "DESKBOX_MAX_SANDBOXES", "DESKBOX_CREATES_PER_SECOND", "DESKBOX_WARM_POOL"})
+                        "DESKBOX_MAX_SANDBOXES", "DESKBOX_CREATES_PER_SECOND", "DESKBOX_WARM_POOL",
+                        "DESKBOX_TB_SIZE_MIB"})
     EXPECT_NE(u.find(s), std::string::npos) << s;
 }
 

@@ -2,8 +2,10 @@
 // beside a full-stream restore and a cold boot measured in the same run, with ratios; idle PSS
 // and CPU per sandbox; how many idle sandboxes stay alive and answering.
 //
-//   restore_bench [--quick] [--runs N] [--alive N]
+//   restore_bench [--quick] [--runs N] [--alive N] [--only PART[,PART…]]
 // --quick: 3 runs per path (2 full-stream), one cold boot, 3 sandboxes for the alive check (what CI runs).
+// --only: measure only these parts (warm, prestarted, nothing, full, boot, idle); ratios need their
+//         baselines, so they are printed only when both sides were measured.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +84,26 @@ struct BenchFailure : std::runtime_error {
 // Unwinds to main so that every sandbox and the helper are torn down.
 [[noreturn]] void Die(const std::string& m) { throw BenchFailure(m); }
 
+// Under TCG: how full the translation cache is and how often it was flushed since QEMU started
+// (a flush throws away all translated guest code, which then has to be translated again).
+std::string TranslationCache(TestHost& host, vmhost::Sandbox& sb) {
+  auto r = host.Run(sb.qmp->Execute("human-monitor-command", nlohmann::json{{"command-line", "info jit"}}), 10s);
+  if (!r || !*r || !(*r)->is_string()) return "";
+  std::string text = (*r)->get<std::string>();
+  auto field = [&](const std::string& name) -> std::string {
+    auto p = text.find(name);
+    if (p == std::string::npos) return "";
+    p = text.find_first_not_of(' ', p + name.size());
+    return text.substr(p, text.find_first_of("\r\n", p) - p);
+  };
+  std::string size = field("gen code size"), flushes = field("TB flush count");
+  auto slash = size.find('/');
+  if (slash == std::string::npos || flushes.empty()) return "";
+  return fmt::format("; translation cache {:.0f} of {:.0f} MiB, {} flushes",
+                     std::strtod(size.c_str(), nullptr) / 1048576.0,
+                     std::strtod(size.c_str() + slash + 1, nullptr) / 1048576.0, flushes);
+}
+
 // Times create → services answering for `runs` creates with the given pools.
 Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const char* label) {
   vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), cfg);
@@ -93,11 +115,13 @@ Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const 
     auto t0 = Clock::now();
     auto sb = host.Run(m.Create(), 300s);
     if (!sb || !*sb) Die(std::string(label) + ": create failed: " + (sb ? sb->error().message : "timeout"));
+    auto t1 = Clock::now();
     auto ready = host.Run(m.WaitGuestServices((**sb)->slot, 60s), 90s);
     if (!ready || !*ready) Die(std::string(label) + ": services did not answer");
     series.ms.push_back(Ms(Clock::now() - t0));
-    std::fprintf(stderr, "  %s run %d: %.1f ms (%s)\n", label, i + 1, series.ms.back(),
-                 std::string(vmhost::ToString((**sb)->path)).c_str());
+    std::fprintf(stderr, "  %s run %d: %.1f ms (%s; create %.1f ms, then RFB + CDP answered in %.1f ms%s)\n", label,
+                 i + 1, series.ms.back(), std::string(vmhost::ToString((**sb)->path)).c_str(), Ms(t1 - t0),
+                 Ms(Clock::now() - t1), TranslationCache(host, ***sb).c_str());
     host.Run(m.Destroy((**sb)->id), 60s);
   }
   host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 120s);
@@ -223,13 +247,25 @@ int main(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   bool quick = false;
   int runs = 20, alive_target = 16;
+  const std::vector<std::string> kParts = {"warm", "prestarted", "nothing", "full", "boot", "idle"};
+  std::vector<std::string> parts = kParts;
+  const char* usage = "usage: restore_bench [--quick] [--runs N] [--alive N] [--only warm,prestarted,nothing,full,boot,idle]";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") { quick = true; runs = 3; alive_target = 3; }
     else if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--alive" && i + 1 < argc) alive_target = std::atoi(argv[++i]);
-    else Die("usage: restore_bench [--quick] [--runs N] [--alive N]");
+    else if (a == "--only" && i + 1 < argc) {
+      parts.clear();
+      std::istringstream in(argv[++i]);
+      for (std::string p; std::getline(in, p, ',');) {
+        if (std::ranges::find(kParts, p) == kParts.end()) Die(std::string("unknown part '") + p + "'; " + usage);
+        parts.push_back(p);
+      }
+    } else Die(usage);
   }
+  if (runs < 1 || alive_target < 0) Die(usage);
+  auto want = [&](const char* p) { return std::ranges::find(parts, p) != parts.end(); };
   TestHost host;
   if (auto s = host.Start(); !s) Die(s.error());
   auto mf = vmhost::OpenTemplate(host.env().cache_dir + "/templates/" + host.env().template_name,
@@ -248,27 +284,34 @@ int Bench(int argc, char** argv) {
   auto pre_cfg = cfg;
   pre_cfg.netns_pool = 1;
   pre_cfg.prestart_pool = 1;
-  Series warm = MeasureCreates(host, warm_cfg, runs, "warm");
-  Series pre = MeasureCreates(host, pre_cfg, runs, "prestarted");
-  Series cold = MeasureCreates(host, cfg, runs, "nothing pooled");
+  Series warm, pre, cold, full;
+  if (want("warm")) warm = MeasureCreates(host, warm_cfg, runs, "warm");
+  if (want("prestarted")) pre = MeasureCreates(host, pre_cfg, runs, "prestarted");
+  if (want("nothing")) cold = MeasureCreates(host, cfg, runs, "nothing pooled");
 
-  std::string full_name = MakeFullStreamTemplate(host);
   struct RemoveOnExit {
     std::string path;
-    ~RemoveOnExit() { std::filesystem::remove_all(path); }
-  } full_dir{host.env().cache_dir + "/templates/" + full_name};
-  auto full_cfg = cfg;
-  full_cfg.template_name = full_name;
-  full_cfg.netns_pool = 1;
-  full_cfg.prestart_pool = 1;
-  Series full = MeasureCreates(host, full_cfg, quick ? 2 : std::max(5, runs / 2), "full-stream");
+    ~RemoveOnExit() {
+      if (!path.empty()) std::filesystem::remove_all(path);
+    }
+  } full_dir;
+  if (want("full")) {
+    std::string full_name = MakeFullStreamTemplate(host);
+    full_dir.path = host.env().cache_dir + "/templates/" + full_name;
+    auto full_cfg = cfg;
+    full_cfg.template_name = full_name;
+    full_cfg.netns_pool = 1;
+    full_cfg.prestart_pool = 1;
+    full = MeasureCreates(host, full_cfg, quick ? 2 : std::max(5, runs / 2), "full-stream");
+  }
 
-  double boot = MeasureColdBoot(host, *mf);
+  double boot = want("boot") ? MeasureColdBoot(host, *mf) : 0;
+  if (!want("idle")) alive_target = 0;
 
   // Idle cost and how many stay alive: create them, let them settle, measure, then probe each.
   vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), cfg);
   if (auto s = m.Start(); !s) Die(s.error().message);
-  std::vector<std::shared_ptr<vmhost::Sandbox>> alive;
+  std::vector<std::shared_ptr<vmhost::Sandbox>> alive;  // empty unless "idle" is measured
   for (int i = 0; i < alive_target; ++i) {
     auto sb = host.Run(m.Create(), 300s);
     if (!sb || !*sb) {
@@ -277,11 +320,11 @@ int Bench(int argc, char** argv) {
     }
     alive.push_back(**sb);
   }
-  std::this_thread::sleep_for(quick ? 15s : 30s);
+  if (!alive.empty()) std::this_thread::sleep_for(quick ? 15s : 30s);
   std::vector<double> cpu0;
   for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
   auto t0 = Clock::now();
-  std::this_thread::sleep_for(10s);
+  if (!alive.empty()) std::this_thread::sleep_for(10s);
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   double pss_total = 0, cpu_total = 0;
   for (size_t i = 0; i < alive.size(); ++i) {
@@ -310,18 +353,30 @@ int Bench(int argc, char** argv) {
   std::printf("\nrestore benchmark (%s, %d runs per path, template %s, accelerator %s)\n",
               quick ? "quick" : "full", runs, host.env().template_name.c_str(), mf->accelerator().c_str());
   std::printf("%-34s %10s %10s\n", "create -> RFB + CDP answer", "p50 ms", "p95 ms");
-  std::printf("%-34s %10.1f %10.1f\n", "warm pool", warm.Pct(50), warm.Pct(95));
-  std::printf("%-34s %10.1f %10.1f\n", "pre-started QEMU (restore)", pre.Pct(50), pre.Pct(95));
-  std::printf("%-34s %10.1f %10.1f\n", "nothing pooled", cold.Pct(50), cold.Pct(95));
-  std::printf("%-34s %10.1f %10.1f\n", "baseline: full-stream restore", full.Pct(50), full.Pct(95));
-  std::printf("%-34s %10.1f\n", "baseline: cold boot", boot);
-  std::printf("ratios: cold boot / warm = %.0fx; full-stream / pre-started = %.2fx; full-stream / nothing pooled = %.2fx\n",
-              boot / std::max(0.001, warm.Pct(50)), full.Pct(50) / std::max(0.001, pre.Pct(50)),
-              full.Pct(50) / std::max(0.001, cold.Pct(50)));
+  auto row = [](const char* name, const Series& s) {
+    if (!s.ms.empty()) std::printf("%-34s %10.1f %10.1f\n", name, s.Pct(50), s.Pct(95));
+  };
+  row("warm pool", warm);
+  row("pre-started QEMU (restore)", pre);
+  row("nothing pooled", cold);
+  row("baseline: full-stream restore", full);
+  if (boot > 0) std::printf("%-34s %10.1f\n", "baseline: cold boot", boot);
+  std::vector<std::string> ratios;
+  if (boot > 0 && !warm.ms.empty()) ratios.push_back(fmt::format("cold boot / warm = {:.0f}x", boot / warm.Pct(50)));
+  if (!full.ms.empty() && !pre.ms.empty())
+    ratios.push_back(fmt::format("full-stream / pre-started = {:.2f}x", full.Pct(50) / pre.Pct(50)));
+  if (!full.ms.empty() && !cold.ms.empty())
+    ratios.push_back(fmt::format("full-stream / nothing pooled = {:.2f}x", full.Pct(50) / cold.Pct(50)));
+  if (!ratios.empty()) {
+    std::string line = "ratios: ";
+    for (size_t i = 0; i < ratios.size(); ++i) line += (i ? "; " : "") + ratios[i];
+    std::printf("%s\n", line.c_str());
+  }
   if (n > 0)
     std::printf("idle per sandbox (QEMU incl., %zu sandboxes): PSS %.0f MiB, CPU %.1f%% of a core\n", n,
                 pss_total / n, 100.0 * cpu_total / n);
-  std::printf("alive at once: %d of %d created answer RFB + agent ping within 5 s (target %d)\n", answering,
-              static_cast<int>(n), alive_target);
+  if (alive_target > 0)
+    std::printf("alive at once: %d of %d created answer RFB + agent ping within 5 s (target %d)\n", answering,
+                static_cast<int>(n), alive_target);
   return 0;
 }

@@ -338,7 +338,8 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
   spec.binary = FindInPath(config_.qemu_binary);
   spec.name = fmt::format("deskbox-slot{}", slot);
   spec.accelerator = r.accelerator();
-  spec.tb_size_mib = std::clamp<uint32_t>(r.tb_size_mib() ? r.tb_size_mib() : 64, 16, 1024);
+  spec.tb_size_mib = std::clamp<uint32_t>(r.tb_size_mib() ? r.tb_size_mib() : kDefaultTbSizeMib, kMinTbSizeMib,
+                                          kMaxTbSizeMib);
   spec.cpu_model = r.cpu_model();
   spec.qmp_socket = slot_dir + "/qmp.sock";
   spec.agent_socket = slot_dir + "/agent.sock";

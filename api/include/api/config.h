@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "vmhost/qemu_command.h"
+
 namespace deskbox::api {
 
 struct DaemonConfig {
@@ -27,6 +29,7 @@ struct DaemonConfig {
   uint32_t warm_pool = 1;
   uint32_t prestart_pool = 1;
   uint32_t netns_pool = 2;
+  uint32_t tb_size_mib = vmhost::kDefaultTbSizeMib;
   uint32_t default_timeout_s = 3600;
   uint32_t max_timeout_s = 7 * 24 * 3600;
   bool destroy_on_exit = false;

@@ -23,11 +23,20 @@ struct BootFiles {
 // (docs/guest.md, "Random state after restore").
 inline constexpr std::string_view kDefaultCpuModel = "Nehalem,+rdrand";
 
+// TCG's translation cache, per QEMU. A restore's browser refresh (a new renderer) translates
+// ~280 MiB of host code: with 64 MiB the cache was flushed 11 times in one restore and every
+// code path translated again, which made the refresh 1.5-2x slower and a warm sandbox answer its
+// first RFB and CDP connections 4-6x slower (docs/design.md, docs/benchmarks.md). Only the part
+// in use is resident. KVM ignores it.
+inline constexpr uint32_t kDefaultTbSizeMib = 512;
+inline constexpr uint32_t kMinTbSizeMib = 16;
+inline constexpr uint32_t kMaxTbSizeMib = 2048;
+
 struct QemuSpec {
   std::string binary = "qemu-system-x86_64";
   std::string name;                 // shown in ps
   std::string accelerator = "tcg";  // "kvm" or "tcg" (already resolved)
-  uint32_t tb_size_mib = 64;        // TCG translation cache bound
+  uint32_t tb_size_mib = kDefaultTbSizeMib;  // TCG translation cache bound
   std::string cpu_model = std::string(kDefaultCpuModel);
   uint32_t smp = 2;
   uint64_t memory_mib = 2048;

@@ -26,6 +26,7 @@
 #include "template.pb.h"
 #include "vmhost/agent_client.h"
 #include "vmhost/jailer_client.h"
+#include "vmhost/qemu_command.h"
 #include "vmhost/qmp.h"
 #include "vmhost/sandbox.h"
 
@@ -41,7 +42,7 @@ struct VmHostConfig {
   std::string cache_dir = "/var/cache/deskbox";
   std::string template_name;     // directory name under <cache>/templates
   std::string accelerator = "auto";
-  uint32_t tb_size_mib = 64;
+  uint32_t tb_size_mib = kDefaultTbSizeMib;  // TCG translation cache per QEMU
   uint32_t first_slot = 0;
   uint32_t max_slots = 64;       // sandboxes + pooled VMs at once
   uint32_t netns_pool = 2;

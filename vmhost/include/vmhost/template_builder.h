@@ -22,7 +22,7 @@ struct TemplateBuildOptions {
   uint64_t memory_mib = 2048;
   std::string cpu_model = std::string(kDefaultCpuModel);
   std::string accelerator = "auto";
-  uint32_t tb_size_mib = 64;
+  uint32_t tb_size_mib = kDefaultTbSizeMib;
   uint32_t slot = 999;            // the build's own network slot
   std::chrono::seconds boot_timeout{420};
   int attempts = 2;               // boot retries (a PIT-calibration hang happens when busy)
