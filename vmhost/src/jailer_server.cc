@@ -435,7 +435,10 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
 
   CgroupLimits limits;
   limits.cpus = spec.smp;
-  limits.memory_bytes = (spec.memory_mib + config_.memory_overhead_mib) << 20;
+  // Guest RAM, TCG's translation cache (not allocated under KVM) and QEMU's own.
+  limits.memory_bytes = (spec.memory_mib + (spec.accelerator == "tcg" ? spec.tb_size_mib : 0) +
+                         config_.memory_overhead_mib)
+                        << 20;
   limits.pids = config_.pids_max;
   if (auto e = cgroups_->Create(CgroupName(slot), limits); !e) return Fail(EIO, e.error());
 

@@ -28,7 +28,7 @@ struct JailerConfig {
   std::string netns_prefix = "dbx-";
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string cgroup_name = "deskbox";
-  uint64_t memory_overhead_mib = 768;  // QEMU's own memory above guest RAM (TCG cache etc.)
+  uint64_t memory_overhead_mib = 256;  // QEMU's own memory above guest RAM and the TCG cache
   uint32_t pids_max = 512;
   bool seccomp = true;
   bool sweep_on_exit = false;
