@@ -464,39 +464,43 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
     return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(
                              deadline - std::chrono::steady_clock::now()));
   };
-  std::string last_error;
-  bool rfb = false, cdp = false;
-  while (std::chrono::steady_clock::now() < deadline && !(rfb && cdp)) {
-    if (!rfb) {
-      auto s = co_await ConnectGuest(slot, kGuestRfbPort, std::min(left(), 2000ms));
-      if (s) {
-        auto banner = co_await ReadUntil(*s, 64, std::min(left(), 2000ms),
-                                         [](const std::string& b) { return b.size() >= 12; });
-        rfb = banner && banner->starts_with("RFB 003.");
-        if (!rfb) last_error = "RFB: " + (banner ? "unexpected banner" : banner.error());
-      } else {
-        last_error = s.error().message;
-      }
+  // One attempt at each service: "" when it answered, else what went wrong.
+  auto rfb_once = [&]() -> asio::awaitable<std::string> {
+    auto s = co_await ConnectGuest(slot, kGuestRfbPort, std::min(left(), 2000ms));
+    if (!s) co_return s.error().message;
+    auto banner = co_await ReadUntil(*s, 64, std::min(left(), 2000ms),
+                                     [](const std::string& b) { return b.size() >= 12; });
+    if (banner && banner->starts_with("RFB 003.")) co_return "";
+    co_return "RFB: " + (banner ? "unexpected banner" : banner.error());
+  };
+  auto cdp_once = [&]() -> asio::awaitable<std::string> {
+    auto s = co_await ConnectGuest(slot, kGuestCdpPort, std::min(left(), 2000ms));
+    if (!s) co_return s.error().message;
+    std::string req = "GET /json/version HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
+    boost::system::error_code ec;
+    co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
+    auto body = co_await ReadUntil(*s, 64 * 1024, std::min(left(), 3000ms), [](const std::string& b) {
+      return b.find("\"Browser\"") != std::string::npos && b.find('}') != std::string::npos;
+    });
+    if (body && body->starts_with("HTTP/1.1 200")) co_return "";
+    co_return "CDP: " + (body ? body->substr(0, 80) : body.error());
+  };
+  // Each service is asked again every 10 ms until it answers; both are asked at once, so
+  // ready is when the slower one answers, not the sum of the two.
+  auto until_answered = [&](auto once) -> asio::awaitable<std::string> {
+    std::string error = "no answer";
+    while (std::chrono::steady_clock::now() < deadline) {
+      error = co_await once();
+      if (error.empty()) co_return error;
+      co_await Sleep(10ms);
     }
-    if (!cdp) {
-      auto s = co_await ConnectGuest(slot, kGuestCdpPort, std::min(left(), 2000ms));
-      if (s) {
-        std::string req = "GET /json/version HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
-        boost::system::error_code ec;
-        co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
-        auto body = co_await ReadUntil(*s, 64 * 1024, std::min(left(), 3000ms),
-                                       [](const std::string& b) { return b.find("\"Browser\"") != std::string::npos && b.find('}') != std::string::npos; });
-        cdp = body && body->starts_with("HTTP/1.1 200");
-        if (!cdp) last_error = "CDP: " + (body ? body->substr(0, 80) : body.error());
-      } else {
-        last_error = s.error().message;
-      }
-    }
-    if (!(rfb && cdp)) co_await Sleep(10ms);
-  }
-  if (rfb && cdp) co_return std::expected<void, VmError>{};
+    co_return error;
+  };
+  auto [rfb_error, cdp_error] = co_await (until_answered(rfb_once) && until_answered(cdp_once));
+  if (rfb_error.empty() && cdp_error.empty()) co_return std::expected<void, VmError>{};
   co_return std::unexpected(VmError{VmError::Code::kTimeout,
-                                    fmt::format("guest services not ready in slot {}: {}", slot, last_error)});
+                                    fmt::format("guest services not ready in slot {}: {}", slot,
+                                                rfb_error.empty() ? cdp_error : rfb_error)});
 }
 
 asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> SandboxManager::GuestPageIds(
