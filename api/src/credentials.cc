@@ -98,7 +98,7 @@ std::optional<Principal> Credentials::Authenticate(std::string_view secret, int6
       bool eq = ConstantTimeEqual(t.hash, h);
       if (eq && t.revoked_at_ms == 0 && t.expires_at_ms > now_ms) {
         auto scope = ParseScope(t.scope);
-        if (scope) found = Principal{Principal::Kind::kToken, t.id, t.sandbox_id, *scope};
+        if (scope) found = Principal{Principal::Kind::kToken, t.id, t.sandbox_id, *scope, t.expires_at_ms};
       }
     }
   }

@@ -4,7 +4,7 @@ token watches, but its keys never reach the guest's page, even when the viewer t
 view-only switch off. A control token types into the page. Both are attributed in the event log.
 Expired, revoked and wrong-scope tokens are refused. A raw RFB-over-WebSocket client checks that
 the bridge drops input, refuses what a viewer has no reason to send, and closes viewers when the
-sandbox pauses or its token is revoked."""
+sandbox pauses or their token is revoked or expires."""
 
 import json
 import os
@@ -253,6 +253,32 @@ class ViewerTest(OneSandboxTestCase):
                 rfb.read(65536)
         self.assertIn("revoked", str(closed.exception))
         ans.ws.sock.close()
+
+    def test_a_viewer_is_closed_when_its_token_expires(self):
+        dbx, sid = self.dbx, self.sid
+        short = self.token("view", ttl_s=6)
+        ans = ws_connect(dbx.port, f"/v1/sandboxes/{sid}/vnc?token={short['token']}")
+        self.assertEqual(ans.status_code, 101, describe(ans))
+        rfb = RfbOverWs(ans.ws)
+        self.assertEqual(rfb.handshake(), self.screen())
+        # A viewer of a longer-lived token on the same sandbox stays.
+        other = ws_connect(dbx.port, f"/v1/sandboxes/{sid}/vnc?token={self.token('view')['token']}")
+        self.assertEqual(other.status_code, 101, describe(other))
+        other_rfb = RfbOverWs(other.ws)
+        other_rfb.handshake()
+        expires = time.time() + 6
+        rfb.send(struct.pack(">BBHHHH", 3, 0, 0, 0, 64, 64))
+        self.assertEqual(rfb.read(1)[0], 0, "a FramebufferUpdate came back before the expiry")
+        with self.assertRaises(EOFError) as closed:
+            while True:
+                rfb.read(65536)
+        self.assertIn("the token expired", str(closed.exception))
+        self.assertGreater(time.time(), expires - 1.5, "closed before the token expired")
+        self.assertLess(time.time(), expires + 10, "closed long after the token expired")
+        ans.ws.sock.close()
+        other_rfb.send(struct.pack(">BBHHHH", 3, 0, 0, 0, 64, 64))
+        self.assertEqual(other_rfb.read(1)[0], 0, "the other token's viewer still gets updates")
+        other.ws.sock.close()
 
 
 if __name__ == "__main__":

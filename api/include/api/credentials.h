@@ -21,6 +21,7 @@ struct Principal {
   std::string id;          // key_… or tok_…
   std::string sandbox_id;  // tokens only
   Scope scope = Scope::kView;
+  int64_t expires_at_ms = 0;  // tokens only (Unix ms); 0: does not expire
 };
 
 std::string NewSecret(std::string_view prefix);  // prefix + 64 hex

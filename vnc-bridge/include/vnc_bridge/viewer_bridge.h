@@ -60,7 +60,7 @@ class ViewerBridge {
                                    std::string request_id);
   // Ends every viewer of the sandbox with a close frame (1001 "going away") carrying `reason`.
   void CloseSandbox(const std::string& sandbox_id, const std::string& reason);
-  // Ends every viewer whose actor has this id (a revoked token), the same way.
+  // Ends every viewer whose actor has this id (a revoked or expired token), the same way.
   void CloseActor(const std::string& actor_id, const std::string& reason);
   size_t Viewers(const std::string& sandbox_id) const;
   size_t TotalViewers() const;
