@@ -1263,6 +1263,7 @@ asio::awaitable<HttpResponse> ApiService::DeleteToken(Call& c) {
   switch (credentials_.RevokeToken(c.id, NowMs())) {
     case Credentials::RevokeResult::kRevoked:
       viewers_->CloseActor(c.id, "the token was revoked");
+      cdp_.CloseActor(c.id, "the token was revoked");
       co_return NoContent();
     case Credentials::RevokeResult::kNotFound: co_return Error(404, "not_found", fmt::format("no active token '{}'", c.id));
     default: co_return Error(500, "internal", "could not save the revocation");
@@ -1508,9 +1509,12 @@ HttpResponse ApiService::CdpWebSocket(Call& c, std::string guest_path) {
   r.status = 101;
   std::string id = c.id, request_id = c.request_id;
   recorder::v1::Actor actor = ActorOf(c);
-  r.upgrade = [this, id, guest_path, actor, request_id](boost::beast::tcp_stream stream,
-                                                        boost::beast::http::request<boost::beast::http::buffer_body> req)
+  TokenExpiryWatch expiry(c.principal);
+  r.upgrade = [this, id, guest_path, actor, request_id, expiry](
+                  boost::beast::tcp_stream stream, boost::beast::http::request<boost::beast::http::buffer_body> req)
       -> asio::awaitable<void> {
+    auto watch = expiry.Start(stream.get_executor(),
+                              [this](const std::string& token) { cdp_.CloseActor(token, "the token expired"); });
     co_await cdp_.Run(std::move(stream), std::move(req), id, guest_path, actor, request_id);
   };
   return r;

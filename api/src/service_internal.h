@@ -1,6 +1,13 @@
 #pragma once
 // What the translation units of ApiService share: a call's context, the route table's entries
 // and the error / JSON response helpers.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +37,35 @@ struct ApiService::Route {
   Reply (ApiService::*handler)(Call&) = nullptr;
   bool trailing_slash = false;
   bool token_in_cookie = false;  // the view page's WebSocket and modules: kViewCookie also counts
+};
+
+// A live connection (viewer, CDP session) made with a scoped token ends when the token expires,
+// as it does when the token is revoked: `close(token_id)` is called at the expiry unless the
+// connection ended first (Cancel, or destruction). Nothing happens for an API key.
+class TokenExpiryWatch {
+ public:
+  explicit TokenExpiryWatch(const Principal& p) {
+    if (p.kind != Principal::Kind::kToken || p.expires_at_ms <= 0) return;
+    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+    token_id_ = p.id;
+    ends_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, p.expires_at_ms - now_ms));
+  }
+  // Starts watching on `executor`; the returned timer must live as long as the connection.
+  std::unique_ptr<boost::asio::steady_timer> Start(boost::asio::any_io_executor executor,
+                                                   std::function<void(const std::string&)> close) const {
+    auto timer = std::make_unique<boost::asio::steady_timer>(executor);
+    if (!ends_) return timer;
+    timer->expires_at(*ends_);
+    timer->async_wait([close = std::move(close), id = token_id_](boost::system::error_code ec) {
+      if (!ec) close(id);
+    });
+    return timer;
+  }
+
+ private:
+  std::string token_id_;
+  std::optional<std::chrono::steady_clock::time_point> ends_;
 };
 
 // The "display" member of a request body ("WxH" or {"width", "height"}); failures go to `in`.

@@ -2,11 +2,9 @@
 // /view/novnc/... (noVNC's modules, from the operator's noVNC install).
 #include <fmt/format.h>
 
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "common/log.h"
@@ -115,27 +113,14 @@ asio::awaitable<HttpResponse> ApiService::ViewerSocket(Call& c) {
   actor.set_kind(recorder::v1::Actor::HUMAN);
   HttpResponse r;
   r.status = 101;
-  std::string id = c.id, request_id = c.request_id, token_id;
-  // A token's viewers end when it expires, as they do when it is revoked.
-  std::optional<std::chrono::steady_clock::time_point> token_ends;
-  if (c.principal.kind == Principal::Kind::kToken && c.principal.expires_at_ms > 0) {
-    int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
-    token_id = c.principal.id;
-    token_ends = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, c.principal.expires_at_ms - now_ms));
-  }
-  r.upgrade = [this, id, actor, may_control, request_id, token_id, token_ends](
+  std::string id = c.id, request_id = c.request_id;
+  TokenExpiryWatch expiry(c.principal);
+  r.upgrade = [this, id, actor, may_control, request_id, expiry](
                   boost::beast::tcp_stream stream,
                   boost::beast::http::request<boost::beast::http::buffer_body> req) -> asio::awaitable<void> {
-    asio::steady_timer expiry(stream.get_executor());
-    if (token_ends) {
-      expiry.expires_at(*token_ends);
-      expiry.async_wait([this, token_id](boost::system::error_code ec) {
-        if (!ec) viewers_->CloseActor(token_id, "the token expired");
-      });
-    }
+    auto watch = expiry.Start(stream.get_executor(),
+                              [this](const std::string& token) { viewers_->CloseActor(token, "the token expired"); });
     co_await viewers_->Run(std::move(stream), std::move(req), id, actor, may_control, request_id);
-    expiry.cancel();
   };
   co_return r;
 }

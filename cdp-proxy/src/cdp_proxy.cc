@@ -233,11 +233,19 @@ asio::awaitable<void> CdpProxy::GuestToClient(std::shared_ptr<Session> s) {
 void CdpProxy::CloseSandbox(const std::string& sandbox_id, const std::string& reason) {
   auto it = sessions_.find(sandbox_id);
   if (it == sessions_.end()) return;
-  for (Session* s : it->second) {
-    if (s->close_reason.empty()) s->close_reason = reason;
-    boost::system::error_code ec;
-    beast::get_lowest_layer(s->guest).socket().close(ec);  // GuestToClient ends and closes the client
-  }
+  for (Session* s : it->second) End(*s, reason);
+}
+
+void CdpProxy::CloseActor(const std::string& actor_id, const std::string& reason) {
+  for (auto& [id, sessions] : sessions_)
+    for (Session* s : sessions)
+      if (s->actor.id() == actor_id) End(*s, reason);
+}
+
+void CdpProxy::End(Session& s, const std::string& reason) {
+  if (s.close_reason.empty()) s.close_reason = reason;
+  boost::system::error_code ec;
+  beast::get_lowest_layer(s.guest).socket().close(ec);  // GuestToClient ends and closes the client
 }
 
 }  // namespace deskbox::cdp_proxy

@@ -175,6 +175,36 @@ class CdpTest(ApiTestCase):
             if p.poll() is None:
                 p.kill()
 
+    def test_sessions_end_when_their_token_is_revoked_or_expires(self):
+        dbx, a = self.dbx, self.a
+        revoked = self.expect(dbx.post(f"/v1/sandboxes/{a}/tokens", json={"scope": "cdp"}), 201)
+        expiring = self.expect(dbx.post(f"/v1/sandboxes/{a}/tokens", json={"scope": "cdp", "ttl_s": 8}), 201)
+        lasting = self.token(a, "cdp")
+        expires = time.monotonic() + 8
+        procs = {name: subprocess.Popen([NODE, os.path.join(E2E, "cdp_client.mjs"), "hold",
+                                         f"ws://127.0.0.1:{dbx.port}/v1/sandboxes/{a}/cdp?token={secret}"],
+                                        cwd=E2E, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for name, secret in (("revoked", revoked["token"]), ("expiring", expiring["token"]),
+                                      ("lasting", lasting))}
+        try:
+            for name, p in procs.items():
+                self.assertIn('"ready":true', p.stdout.readline(), name)
+            self.expect(dbx.request("DELETE", f"/v1/tokens/{revoked['id']}"), 204)
+            out, err = procs["revoked"].communicate(timeout=30)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual((r["code"], r["reason"]), (1001, "the token was revoked"), f"{r} {err[-1000:]}")
+            self.assertIsNone(procs["expiring"].poll(), "only the revoked token's session ended")
+            out, err = procs["expiring"].communicate(timeout=30)
+            r = json.loads(out.strip().splitlines()[-1])
+            self.assertEqual((r["code"], r["reason"]), (1001, "the token expired"), f"{r} {err[-1000:]}")
+            self.assertGreater(time.monotonic(), expires - 1.5, "closed before the token expired")
+            self.assertIsNone(procs["lasting"].poll(), "a session of a token still valid stays")
+            self.assertEqual(dbx.metric_value("deskbox_cdp_sessions"), 1)
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+
     def test_proxy_server_in_a_context_cannot_route_around_the_sandbox_network(self):
         dbx, a = self.dbx, self.a
         cdp = self.token(a, "cdp")

@@ -5,8 +5,8 @@
 // sandbox's netns — the guest never names where we dial). Each direction has one message in
 // flight: a slow reader slows its writer instead of growing memory. Client→browser messages are
 // audited (method name, never params) into the sandbox's event log and counted per method.
-// When a sandbox is paused, stopped or destroyed, its sessions end with a close frame that says
-// why.
+// When a sandbox is paused, stopped or destroyed, or the token a session was opened with is
+// revoked or expires, the session ends with a close frame that says why.
 //
 // Threads: one io_context thread (deskboxd's).
 #include <boost/asio/any_io_executor.hpp>
@@ -75,6 +75,8 @@ class CdpProxy {
 
   // Ends every session of the sandbox with a close frame (1001 "going away") carrying `reason`.
   void CloseSandbox(const std::string& sandbox_id, const std::string& reason);
+  // Ends every session whose actor has this id (a revoked or expired token), the same way.
+  void CloseActor(const std::string& actor_id, const std::string& reason);
   size_t Sessions(const std::string& sandbox_id) const;
   size_t TotalSessions() const;
   bool AtSessionLimit(const std::string& sandbox_id) const;
@@ -84,6 +86,7 @@ class CdpProxy {
 
  private:
   void Count(const std::string& method);
+  void End(Session& s, const std::string& reason);  // closes the guest side; the client follows
   boost::asio::awaitable<void> ClientToGuest(std::shared_ptr<Session> s);
   boost::asio::awaitable<void> GuestToClient(std::shared_ptr<Session> s);
 
