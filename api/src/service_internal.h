@@ -41,7 +41,7 @@ struct ApiService::Route {
 
 // A live connection (viewer, CDP session) made with a scoped token ends when the token expires,
 // as it does when the token is revoked: `close(token_id)` is called at the expiry unless the
-// connection ended first (Cancel, or destruction). Nothing happens for an API key.
+// connection ended first (the timer Start returns was destroyed). Nothing happens for an API key.
 class TokenExpiryWatch {
  public:
   explicit TokenExpiryWatch(const Principal& p) {

@@ -2,7 +2,6 @@
 // /view/novnc/... (noVNC's modules, from the operator's noVNC install).
 #include <fmt/format.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
