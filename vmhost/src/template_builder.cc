@@ -115,8 +115,9 @@ asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
   if (!hs) co_return std::unexpected("QMP: " + hs.error().message);
   auto deadline = std::chrono::steady_clock::now() + o.boot_timeout;
   // The agent answers once the guest has booted far enough to start it.
+  auto agent_deadline = std::min(deadline, std::chrono::steady_clock::now() + o.agent_timeout);
   bool pinged = false;
-  while (std::chrono::steady_clock::now() < deadline && !pinged) {
+  while (std::chrono::steady_clock::now() < agent_deadline && !pinged) {
     agent::v1::Request ping;
     ping.mutable_ping();
     auto p = co_await vm.agent->Call(std::move(ping), 5s);
@@ -124,7 +125,9 @@ asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
     else if (p.error().code == AgentError::Code::kClosed || p.error().code == AgentError::Code::kProtocol)
       co_return std::unexpected("agent channel: " + p.error().message);
   }
-  if (!pinged) co_return std::unexpected(fmt::format("the guest agent did not answer within {} s", o.boot_timeout.count()));
+  if (!pinged)
+    co_return std::unexpected(fmt::format("the guest agent did not answer within {} s",
+                                          std::min(o.agent_timeout, o.boot_timeout).count()));
   log::Info(kLog, "agent answered; waiting for the desktop to be ready and idle");
   auto settled = co_await WaitDesktopSettled(*vm.agent, deadline, vm.report);
   if (!settled) co_return std::unexpected(settled.error());

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     else if (a == "--memory-mib") o.memory_mib = std::strtoull(next().c_str(), nullptr, 10);
     else if (a == "--smp") o.smp = static_cast<uint32_t>(std::strtoul(next().c_str(), nullptr, 10));
     else if (a == "--boot-timeout") o.boot_timeout = std::chrono::seconds(std::strtoul(next().c_str(), nullptr, 10));
+    else if (a == "--agent-timeout") o.agent_timeout = std::chrono::seconds(std::strtoul(next().c_str(), nullptr, 10));
     else if (a == "--attempts") o.attempts = std::atoi(next().c_str());
     else if (a == "--jailer-socket") jailer_socket = next();
     else if (a == "--screen") {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     } else {
       std::cerr << "usage: deskbox-template --image NAME [--cache-dir DIR] [--name N] [--screen WxH]\n"
                    "         [--cpu MODEL] [--accel auto|kvm|tcg] [--memory-mib N] [--smp N]\n"
-                   "         [--boot-timeout S] [--attempts N] [--jailer-socket PATH]\n";
+                   "         [--boot-timeout S] [--agent-timeout S] [--attempts N] [--jailer-socket PATH]\n";
       return 2;
     }
   }

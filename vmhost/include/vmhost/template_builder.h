@@ -25,7 +25,11 @@ struct TemplateBuildOptions {
   uint32_t tb_size_mib = kDefaultTbSizeMib;
   uint32_t slot = 999;            // the build's own network slot
   std::chrono::seconds boot_timeout{420};
-  int attempts = 2;               // boot retries (a PIT-calibration hang happens when busy)
+  // The agent's first answer, within the boot timeout: the agent answers ~10 s after QEMU
+  // starts under emulation, and a boot that hangs early (seen on an idle host too) never gets
+  // there, so it is retried after this rather than after the whole boot timeout.
+  std::chrono::seconds agent_timeout{150};
+  int attempts = 3;               // boot retries (a PIT-calibration hang happens when busy)
 };
 
 // The template directory name for these options and the image: "<name>@<key16>".
