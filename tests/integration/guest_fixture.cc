@@ -152,7 +152,7 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method,
 
 std::string GuestTest::CdpEvaluate(vmhost::Sandbox& sb, const std::string& expression,
                                    const std::string& target_id) {
-  // After a restore the pages are being replaced (refresh-browser): retry until a live page
+  // A page may be starting a renderer or navigating (a test just opened it): retry until it
   // answers.
   std::string last_error;
   auto deadline = std::chrono::steady_clock::now() + 120s;

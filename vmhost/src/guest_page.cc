@@ -1,4 +1,5 @@
-// Does a guest page run script? One Runtime.evaluate over the page's DevTools WebSocket.
+// One DevTools command to a guest page over its WebSocket: does the page run script, reload a
+// page whose renderer is gone.
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -15,12 +16,12 @@ namespace deskbox::vmhost {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 
-asio::awaitable<std::expected<void, VmError>> SandboxManager::GuestPageEvaluates(uint32_t slot,
-                                                                               const std::string& page_id,
-                                                                               std::chrono::milliseconds timeout) {
+asio::awaitable<std::expected<nlohmann::json, VmError>> SandboxManager::GuestPageCall(
+    uint32_t slot, const std::string& page_id, const std::string& method, const nlohmann::json& params,
+    std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto fail = [&](std::string what) {
-    return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("page {}: {}", page_id, what)});
+    return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("page {}: {}: {}", page_id, method, what)});
   };
   auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
   if (!s) co_return std::unexpected(s.error());
@@ -44,23 +45,36 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::GuestPageEvaluates
   co_await ws.async_handshake(fmt::format("{}:{}", kGuestIPv4, kGuestCdpPort), "/devtools/page/" + page_id,
                               asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return fail("websocket handshake: " + (expired ? std::string("timed out") : ec.message()));
-  const std::string request = R"({"id":1,"method":"Runtime.evaluate","params":{"expression":"1","returnByValue":true}})";
+  const std::string request = nlohmann::json{{"id", 1}, {"method", method}, {"params", params}}.dump();
   co_await ws.async_write(asio::buffer(request), asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return fail("websocket write: " + ec.message());
   // Events may come before the answer (none are enabled, but be lenient): a bounded number.
   for (int i = 0; i < 64; ++i) {
     beast::flat_buffer buf;
     co_await ws.async_read(buf, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) co_return fail(expired ? "no answer to Runtime.evaluate" : "websocket read: " + ec.message());
+    if (ec) co_return fail(expired ? "no answer" : "websocket read: " + ec.message());
     auto msg = nlohmann::json::parse(beast::buffers_to_string(buf.data()), nullptr, false);
     if (!msg.is_object() || msg.value("id", 0) != 1) continue;
-    auto value = msg.find("result");
-    if (value != msg.end() && value->is_object() && value->contains("result") &&
-        (*value)["result"].value("value", 0) == 1)
-      co_return std::expected<void, VmError>{};
-    co_return fail("Runtime.evaluate answered " + msg.dump().substr(0, 200));
+    auto result = msg.find("result");
+    if (result == msg.end() || !result->is_object()) co_return fail("answered " + msg.dump().substr(0, 200));
+    co_return std::move(*result);
   }
   co_return fail("no answer among 64 messages");
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::GuestPageEvaluates(uint32_t slot,
+                                                                               const std::string& page_id,
+                                                                               std::chrono::milliseconds timeout) {
+  nlohmann::json params;
+  params["expression"] = "1";
+  params["returnByValue"] = true;
+  auto r = co_await GuestPageCall(slot, page_id, "Runtime.evaluate", params, timeout);
+  if (!r) co_return std::unexpected(r.error());
+  auto value = r->find("result");
+  if (value != r->end() && value->is_object() && value->value("value", 0) == 1)
+    co_return std::expected<void, VmError>{};
+  co_return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("page {}: Runtime.evaluate answered {}",
+                                                                        page_id, r->dump().substr(0, 200))});
 }
 
 }  // namespace deskbox::vmhost

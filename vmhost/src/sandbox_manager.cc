@@ -303,19 +303,20 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& s
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(Sandbox& sb) {
   // Chromium's processes restored from the snapshot share user-space random state across
-  // clones; the guest script restarts the renderers, whose V8 generators nothing reseeds
-  // (docs/guest.md, "Random state after restore"). Run after the kernel RNG is reseeded.
+  // clones, and V8's generators are seeded once per renderer (docs/guest.md, "Random state after
+  // restore"). The template holds no renderer (prepare-template); the guest script kills any
+  // that runs, and on a CPU without RDRAND the network service. Then every page is reloaded: the
+  // browser starts a new renderer for it, which seeds from the kernel reseeded before this.
+  // Reloading keeps the page and its target id, so a client sees one page throughout; a new tab
+  // would cost a tab and a window close as well, all translated afresh under emulation.
   auto t0 = std::chrono::steady_clock::now();
   auto deadline = t0 + 3 * config_.ready_timeout;  // up to three rounds
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   std::string last;
-  // The script replaces the crashed pages in the background. Under load a replacement page can
-  // stay empty (its first navigation never commits); then the script runs again, which replaces
-  // that page too. At most three rounds, all within ready_timeout.
   for (int round = 1;; ++round) {
-    auto old_pages = co_await GuestPageIds(sb.slot, 10s);
     agent::v1::Request req;
     req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
-    // Seconds normally; under emulation with other guests restoring it has taken over 30 s.
+    // Quick normally; under emulation with other guests restoring it has taken over 30 s.
     req.mutable_exec()->set_timeout_s(120);
     auto r = co_await sb.agent->Call(std::move(req), 130s);
     if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
@@ -327,53 +328,58 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
     auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
     if (!ready) co_return ready;
     auto t_services = std::chrono::steady_clock::now();
-    // Done when the old pages are gone and every page has loaded something and runs script.
     // A loaded host (a compile beside two guests) has made /json/list take over 5 s.
     auto round_end = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(45));
+    auto left = [&] {
+      return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(round_end - std::chrono::steady_clock::now()),
+                        1000ms, 15000ms);
+    };
+    auto pages = co_await GuestPageIds(sb.slot, 15s);
+    if (!pages) {
+      last = pages.error().message;
+    } else if (pages->empty()) {
+      // No window left (never in a template the builder made): open the start page.
+      auto opened = co_await GuestHttp(sb.slot, "PUT", "/json/new", 15s);
+      if (!opened) last = opened.error().message;
+    } else {
+      for (const auto& [id, url] : *pages)
+        if (auto reload = co_await GuestPageCall(sb.slot, id, "Page.reload", json::object(), left()); !reload)
+          last = reload.error().message;
+    }
+    auto t_reload = std::chrono::steady_clock::now();
+    // Done when every page has loaded something and runs script. While a page's new renderer
+    // starts, its evaluation waits or fails; ask again until the round ends.
     bool fresh = false;
     while (!fresh && std::chrono::steady_clock::now() < round_end) {
-      auto pages = co_await GuestPageIds(sb.slot, 15s);
+      pages = co_await GuestPageIds(sb.slot, 15s);
       if (pages && !pages->empty()) {
-        bool any_old = false, any_empty = false;
+        fresh = true;
         for (const auto& [id, url] : *pages) {
-          any_old = any_old || (old_pages && old_pages->count(id) > 0);
-          any_empty = any_empty || url.empty();
-        }
-        last = any_old ? "old pages still open" : "a new page has not loaded";
-        if (!any_old && !any_empty) {
-          // A new tab can be given a renderer that was being killed (the browser had not yet
-          // seen it die): it lists its URL but stays crashed. Only pages that run script count;
-          // a page that does not is replaced by the next round.
-          std::optional<VmError> dead;
-          for (const auto& [id, url] : *pages) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(round_end - std::chrono::steady_clock::now());
-            auto runs = co_await GuestPageEvaluates(sb.slot, id, std::clamp(left, 1000ms, 15000ms));
-            if (!runs) {
-              dead = runs.error();
-              break;
-            }
+          if (url.empty()) {
+            last = "a page has not loaded";
+          } else if (auto runs = co_await GuestPageEvaluates(sb.slot, id, left()); !runs) {
+            last = "a page does not run script: " + runs.error().message;
+          } else {
+            continue;
           }
-          fresh = !dead;
-          if (dead) last = "a new page does not run script: " + dead->message;
-          break;  // fresh, or a dead page that only the next round replaces
+          fresh = false;
+          break;
         }
       } else {
-        last = pages ? "no page yet" : pages.error().message;
+        last = pages ? "no page" : pages.error().message;
       }
       if (!fresh) co_await Sleep(250ms);  // each poll is work for the browser, which is starting a renderer
     }
-    log::Debug(kLog, "slot {}: refresh round {}: script {:.0f} ms, RFB + CDP {:.0f} ms, pages {:.0f} ms", sb.slot,
-               round, std::chrono::duration<double, std::milli>(t_script - t0).count(),
-               std::chrono::duration<double, std::milli>(t_services - t_script).count(),
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_services).count());
+    log::Debug(kLog, "slot {}: refresh round {}: script {:.0f} ms, RFB + CDP {:.0f} ms, reload {:.0f} ms, pages {:.0f} ms",
+               sb.slot, round, ms(t_script - t0), ms(t_services - t_script), ms(t_reload - t_services),
+               ms(std::chrono::steady_clock::now() - t_reload));
     if (fresh) break;
     if (round >= 3 || std::chrono::steady_clock::now() >= deadline)
       co_return std::unexpected(VmError{VmError::Code::kTimeout,
-                                        fmt::format("slot {}: the browser did not replace its pages: {}", sb.slot, last)});
+                                        fmt::format("slot {}: the browser did not reload its pages: {}", sb.slot, last)});
     log::Warn(kLog, "slot {}: refreshing the browser again ({})", sb.slot, last);
   }
-  log::Debug(kLog, "slot {}: browser refreshed in {:.0f} ms", sb.slot,
-             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  log::Debug(kLog, "slot {}: browser refreshed in {:.0f} ms", sb.slot, ms(std::chrono::steady_clock::now() - t0));
   co_return std::expected<void, VmError>{};
 }
 
@@ -503,14 +509,16 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
                                                 rfb_error.empty() ? cdp_error : rfb_error)});
 }
 
-asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> SandboxManager::GuestPageIds(
-    uint32_t slot, std::chrono::milliseconds timeout) {
+asio::awaitable<std::expected<std::string, VmError>> SandboxManager::GuestHttp(uint32_t slot, const std::string& method,
+                                                                              const std::string& path,
+                                                                              std::chrono::milliseconds timeout) {
+  auto what = [&] { return fmt::format("CDP {} {}: ", method, path); };
   auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
   if (!s) co_return std::unexpected(s.error());
-  std::string req = "GET /json/list HTTP/1.1\r\nHost: 10.88.0.2:9222\r\n\r\n";
+  std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\n\r\n", method, path, kGuestIPv4, kGuestCdpPort);
   boost::system::error_code ec;
   co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + ec.message()});
+  if (ec) co_return std::unexpected(VmError{VmError::Code::kGuest, what() + ec.message()});
   // Chromium keeps the connection open: the answer ends where its Content-Length says.
   auto complete = [](const std::string& b) {
     auto head_end = b.find("\r\n\r\n");
@@ -521,10 +529,17 @@ asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> Sand
     return b.size() >= head_end + 4 + n;
   };
   auto answer = co_await ReadUntil(*s, 1 << 20, timeout, complete);
-  if (!answer) co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + answer.error()});
+  if (!answer) co_return std::unexpected(VmError{VmError::Code::kGuest, what() + answer.error()});
   if (!answer->starts_with("HTTP/1.1 200"))
-    co_return std::unexpected(VmError{VmError::Code::kGuest, "CDP /json/list: " + answer->substr(0, 40)});
-  json list = json::parse(answer->substr(answer->find("\r\n\r\n") + 4), nullptr, false);
+    co_return std::unexpected(VmError{VmError::Code::kGuest, what() + answer->substr(0, 40)});
+  co_return answer->substr(answer->find("\r\n\r\n") + 4);
+}
+
+asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> SandboxManager::GuestPageIds(
+    uint32_t slot, std::chrono::milliseconds timeout) {
+  auto body = co_await GuestHttp(slot, "GET", "/json/list", timeout);
+  if (!body) co_return std::unexpected(body.error());
+  json list = json::parse(*body, nullptr, false);
   std::map<std::string, std::string> pages;
   if (list.is_array())
     for (const auto& t : list)

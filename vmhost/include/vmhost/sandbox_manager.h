@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -152,15 +153,26 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
   // Pings the guest agent with short tries until one is answered or `timeout` passes.
   boost::asio::awaitable<std::expected<void, VmError>> PingAgent(Sandbox& sb, std::chrono::milliseconds timeout);
-  // Restarts the browser processes that hold snapshot-shared random state, then waits until
-  // the guest answers RFB and CDP and the browser has replaced its crashed pages (a client
-  // connecting earlier would race the replacement).
+  // Restarts the browser processes that hold snapshot-shared random state and reloads every
+  // page in a new renderer, then waits until the guest answers RFB and CDP and every page runs
+  // script (a client connecting earlier would race the reload).
   boost::asio::awaitable<std::expected<void, VmError>> RefreshBrowser(Sandbox& sb);
-  // The guest browser's page targets (id → url, from /json/list), through the sandbox's netns.
+  // One HTTP request to the guest browser's DevTools server, through the sandbox's netns: the
+  // body of a 200 answer.
+  boost::asio::awaitable<std::expected<std::string, VmError>> GuestHttp(uint32_t slot, const std::string& method,
+                                                                        const std::string& path,
+                                                                        std::chrono::milliseconds timeout);
+  // The guest browser's page targets (id → url, from /json/list).
   boost::asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> GuestPageIds(
       uint32_t slot, std::chrono::milliseconds timeout);
-  // Whether a guest page runs script: Runtime.evaluate("1") over its DevTools WebSocket answers
-  // 1 within `timeout` (guest_page.cc). A page that lists a URL may still have no live renderer.
+  // One DevTools command to a guest page over its WebSocket (guest_page.cc): the command's
+  // "result" object, or the error.
+  boost::asio::awaitable<std::expected<nlohmann::json, VmError>> GuestPageCall(uint32_t slot, const std::string& page_id,
+                                                                               const std::string& method,
+                                                                               const nlohmann::json& params,
+                                                                               std::chrono::milliseconds timeout);
+  // Whether a guest page runs script: Runtime.evaluate("1") answers 1 within `timeout`. A page
+  // that lists a URL may still have no live renderer.
   boost::asio::awaitable<std::expected<void, VmError>> GuestPageEvaluates(uint32_t slot, const std::string& page_id,
                                                                           std::chrono::milliseconds timeout);
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
