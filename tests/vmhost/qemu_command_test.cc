@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "vmhost/qemu_command.h"
 
@@ -121,6 +122,28 @@ TEST(QemuCommand, CpuModels) {
   auto it = std::find(argv.begin(), argv.end(), "-cpu");
   ASSERT_NE(it, argv.end());
   EXPECT_EQ(*std::next(it), "Nehalem,+rdrand");
+}
+
+TEST(QemuCommand, HostTscRateIsMeasuredOnceAndPlausible) {
+  uint32_t khz = HostTscKhz();
+#if defined(__x86_64__)
+  // Every x86-64 host this runs on has a TSC between 100 MHz and 10 GHz.
+  EXPECT_GE(khz, 100'000u);
+  EXPECT_LE(khz, 10'000'000u);
+  // The kernel's own figure, where /proc/cpuinfo gives one, is within 2% (cpufreq may lower
+  // "cpu MHz" below the TSC's rate, never raise it far above).
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  ASSERT_NE(f, nullptr);
+  char line[256];
+  double mhz = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "cpu MHz : %lf", &mhz) == 1 || std::sscanf(line, "cpu MHz\t: %lf", &mhz) == 1) break;
+  std::fclose(f);
+  if (mhz > 0) {
+    EXPECT_LE(mhz * 1000, khz * 1.02) << "cpu MHz " << mhz << ", measured " << khz << " kHz";
+  }
+#endif
+  EXPECT_EQ(HostTscKhz(), khz) << "measured once per process";
 }
 
 }  // namespace

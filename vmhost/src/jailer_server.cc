@@ -402,6 +402,10 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
     std::string append = *cmdline;
     while (!append.empty() && (append.back() == '\n' || append.back() == ' ')) append.pop_back();
     if (!r.kernel_append().empty()) append += " " + r.kernel_append();
+    // Under TCG the kernel's TSC calibration against the emulated PIT failed in about one boot
+    // of three (busy or idle host) and the boot then hung: give it the rate.
+    if (spec.accelerator == "tcg")
+      if (uint32_t khz = HostTscKhz()) append += fmt::format(" tsc_early_khz={}", khz);
     spec.boot = BootFiles{idir + "/vmlinuz", idir + "/initrd.img", append};
     spec.smp = std::clamp<uint32_t>(r.smp() ? r.smp() : 2, 1, 16);
     spec.memory_mib = std::clamp<uint64_t>(r.memory_mib() ? r.memory_mib() : 2048, 256, 65536);

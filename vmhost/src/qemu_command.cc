@@ -1,7 +1,13 @@
 #include "vmhost/qemu_command.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -110,6 +116,27 @@ bool IsSafeName(std::string_view name) {
     if (!ok) return false;
   }
   return true;
+}
+
+uint32_t HostTscKhz() {
+  static const uint32_t khz = [] {
+#if defined(__x86_64__)
+    auto now_ns = [] {
+      timespec t{};
+      ::clock_gettime(CLOCK_MONOTONIC_RAW, &t);
+      return static_cast<double>(t.tv_sec) * 1e9 + static_cast<double>(t.tv_nsec);
+    };
+    double t0 = now_ns();
+    uint64_t c0 = __rdtsc();
+    ::usleep(200'000);
+    uint64_t c1 = __rdtsc();
+    double t1 = now_ns();
+    double measured = static_cast<double>(c1 - c0) / (t1 - t0) * 1e6;
+    if (measured >= 100'000 && measured <= 10'000'000) return static_cast<uint32_t>(std::lround(measured));
+#endif
+    return uint32_t{0};
+  }();
+  return khz;
 }
 
 }  // namespace deskbox::vmhost

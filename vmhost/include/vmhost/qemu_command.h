@@ -69,6 +69,13 @@ std::string ResolveAcceleratorOnHost(std::string_view requested);
 // nothing else (no "=" properties, no empty items).
 bool IsValidCpuModel(std::string_view model);
 
+// The rate of the host's TSC in kHz, from two readings 200 ms apart against CLOCK_MONOTONIC_RAW,
+// measured once per process; 0 where it cannot be measured or comes out implausible. Under TCG
+// the guest's TSC is the host's, and a guest kernel told this rate (tsc_early_khz=) does not
+// calibrate it against the emulated PIT, which fails when the host is busy and then hangs the
+// boot.
+uint32_t HostTscKhz();
+
 // True for names safe to use as one path component: [A-Za-z0-9._@-]{1,128}, not "." or "..".
 bool IsSafeName(std::string_view name);
 
