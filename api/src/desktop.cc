@@ -26,9 +26,6 @@ namespace vb = vnc_bridge;
 namespace {
 
 constexpr size_t kMaxActionsPerCall = 100;
-// Distinct characters beyond ASCII typed as keysyms per sandbox (each binds a spare keycode in
-// the guest's X server for good); the rest are pasted.
-constexpr size_t kKeysymBudget = 12;
 
 void AppendUtf8(std::string& out, char32_t c) {
   if (c < 0x80) {
@@ -466,13 +463,13 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
 
 asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, vb::FrameMirror& m,
                                                                        const std::u32string& text) {
-  // Printable ASCII, Return and Tab are on every keyboard map: keysyms. Another character is sent
-  // as its keysym too while the guest's X server has spare keycodes to bind it to (each distinct
-  // character keeps one for the sandbox's lifetime; TigerVNC 1.12 never frees them), at most
-  // kKeysymBudget of them per sandbox; beyond, it is pasted: the guest agent sets the CLIPBOARD
-  // selection and ctrl+v pastes it.
-  auto& bound = keysyms_bound_[c.id];
-  std::u32string keys, paste;
+  // Printable ASCII, Return and Tab are on every keyboard map: keysyms. A run holding any other
+  // character is pasted, from its first such character to its last (ASCII between them goes
+  // with it; Return and Tab end a run): the guest agent sets the CLIPBOARD selection and ctrl+v
+  // pastes it. Such a character sent as a keysym would make Xvnc bind it to a spare keycode at
+  // the key press, and the browser, which loads the changed keymap only after that key, dropped
+  // it (a CI run typed "héllo" as "hllo"); the spare keycodes also run out for good.
+  std::u32string keys, paste, tail;
   auto type_keys = [&]() -> asio::awaitable<std::expected<void, std::string>> {
     vb::Action a;
     a.type = vb::Action::Type::kType;
@@ -506,25 +503,31 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
     co_await m.Settle(before, t0, o);
     co_return std::expected<void, std::string>{};
   };
+  // Ends a pasted run: pastes it, and the ASCII after its last other character goes as keys.
+  auto end_run = [&]() -> asio::awaitable<std::expected<void, std::string>> {
+    if (!paste.empty())
+      if (auto r = co_await type_paste(); !r) co_return r;
+    keys += std::exchange(tail, {});
+    co_return std::expected<void, std::string>{};
+  };
   for (char32_t ch : text) {
-    uint32_t ks = vb::KeysymForCodePoint(ch);
-    bool by_key = (ch >= 0x20 && ch < 0x7f) || ch == U'\n' || ch == U'\r' || ch == U'\t' ||
-                  bound.count(ks) || bound.size() < kKeysymBudget;
-    if (by_key) {
-      if (ch >= 0x7f) bound.insert(ks);
-      if (!paste.empty())
-        if (auto r = co_await type_paste(); !r) co_return r;
-      keys.push_back(ch);
-    } else {
-      if (!keys.empty())
+    bool printable_ascii = ch >= 0x20 && ch < 0x7f;
+    bool control = ch == U'\n' || ch == U'\r' || ch == U'\t';
+    if (!printable_ascii && !control) {
+      if (paste.empty() && !keys.empty())
         if (auto r = co_await type_keys(); !r) co_return r;
+      paste += std::exchange(tail, {});
       paste.push_back(ch);
+    } else if (printable_ascii && !paste.empty()) {
+      tail.push_back(ch);
+    } else {
+      if (auto r = co_await end_run(); !r) co_return r;
+      keys.push_back(ch);
     }
   }
+  if (auto r = co_await end_run(); !r) co_return r;
   if (!keys.empty())
     if (auto r = co_await type_keys(); !r) co_return r;
-  if (!paste.empty())
-    if (auto r = co_await type_paste(); !r) co_return r;
   co_return std::expected<void, std::string>{};
 }
 

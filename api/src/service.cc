@@ -335,7 +335,6 @@ asio::awaitable<void> ApiService::FlushEvents() {
 void ApiService::OnTransition(const vmhost::Sandbox& sb, SandboxState from) {
   // A mirror follows one running VM: pause, stop and failure end it (a slot is reused later).
   if (sb.state != SandboxState::kRunning) StopMirror(sb.id);
-  if (sb.state == SandboxState::kStopped || sb.state == SandboxState::kFailed) keysyms_bound_.erase(sb.id);
   if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kStopped) egress_->Detach(sb.id);
   // Transitions the API asks for are recorded where it asks; here only the ones nobody asked
   // for: a QEMU that exits turns its sandbox failed.

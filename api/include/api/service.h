@@ -176,8 +176,6 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   std::unique_ptr<vnc_bridge::ViewerBridge> viewers_;
   std::unique_ptr<egress::Egress> egress_;
   std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
-  // Per sandbox: the keysyms beyond ASCII typed so far (each holds a keycode in its X server).
-  std::map<std::string, std::set<uint32_t>> keysyms_bound_;
   std::map<std::string, SandboxRecord> records_;
   std::set<std::string> busy_;  // sandboxes with a pause/resume/stop in progress
   size_t creating_ = 0;
