@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cmath>
 #include <set>
@@ -488,6 +491,20 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
     req.mutable_clipboard_set()->set_text(utf8);
     auto r = co_await keep->agent->Call(std::move(req), 15s);
     if (!r) co_return std::unexpected("pasting text: setting the clipboard: " + r.error().message);
+    // xclip returns before its background process owns the selection: until then ctrl+v gets
+    // the previous owner's text, or nothing while that owner is giving it up (a CI run lost a
+    // pasted "ß" so). Paste once the clipboard reads back as this text.
+    for (int attempt = 0;; ++attempt) {
+      agent::v1::Request get;
+      get.mutable_clipboard_get();
+      auto now = co_await keep->agent->Call(std::move(get), 15s);
+      if (now && now->has_clipboard() && now->clipboard().text() == utf8) break;
+      if (attempt >= 50)
+        co_return std::unexpected(std::string("pasting text: the guest's clipboard did not take the text"));
+      asio::steady_timer pause(co_await asio::this_coro::executor, 20ms);
+      boost::system::error_code ec;
+      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
     uint64_t before = m.seq();
     auto t0 = vb::FrameMirror::Clock::now();
     vb::Action paste_key;
