@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cmath>
 #include <set>
@@ -500,7 +500,8 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
       auto now = co_await keep->agent->Call(std::move(get), 15s);
       if (now && now->has_clipboard() && now->clipboard().text() == utf8) break;
       if (attempt >= 50)
-        co_return std::unexpected(std::string("pasting text: the guest's clipboard did not take the text"));
+        co_return std::unexpected(
+            std::string("pasting text: the guest's clipboard did not take the text"));
       asio::steady_timer pause(co_await asio::this_coro::executor, 20ms);
       boost::system::error_code ec;
       co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));

@@ -5,7 +5,9 @@
 // Text goes as keysyms, one per character: Latin-1 characters by their own keysym, every other
 // Unicode character as keysym 0x01000000 + code point. The guest's Xvnc (TigerVNC) maps a keysym
 // it has no key for onto a spare keycode on the fly, so any character types, 世界 and 🙂
-// included, whatever the guest's keyboard layout; "\n" is Return and "\t" is Tab.
+// included, whatever the guest's keyboard layout; "\n" is Return and "\t" is Tab. The API types
+// only ASCII this way and pastes the rest (docs/computer-use.md): Chromium loads the keymap Xvnc
+// changed only after the key press that changed it, and could drop that character.
 #include <cstdint>
 #include <expected>
 #include <string>
