@@ -376,6 +376,15 @@ ApiService::ReadyMirror(const std::string& id) {
     it = mirrors_.emplace(id, std::move(m)).first;
   }
   auto mirror = it->second;
+  // The screen of a sandbox whose pages still reload after its restore is not what the caller
+  // asked for; the mirror connects meanwhile.
+  if (auto fresh = co_await manager_.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh) {
+    if (sb->state != SandboxState::kRunning)
+      co_return R(std::unexpected(Error(409, "invalid_state",
+                                        fmt::format("sandbox {} is {}: {}", id, vmhost::ToString(sb->state),
+                                                    fresh.error().message))));
+    co_return R(std::unexpected(Error(504, "guest_timeout", fresh.error().message)));
+  }
   auto ready = co_await mirror->WaitReady(kMirrorReadyTimeout);
   if (!ready) {
     if (mirror->stopped())

@@ -417,6 +417,12 @@ bool ApiService::RateLimitAllows(double* retry_after_s) {
   return false;
 }
 
+json ApiService::BrowserReadyJson(const SandboxRecord& r) const {
+  if (r.state != "running" && r.state != "paused") return nullptr;
+  auto sb = manager_.Find(r.id);
+  return sb && !sb->browser_refreshing;
+}
+
 json ApiService::SandboxJson(const SandboxRecord& r) const {
   json metadata = json::object();
   if (auto m = ParseJson(r.metadata_json); m && m->is_object()) metadata = *m;
@@ -439,6 +445,7 @@ json ApiService::SandboxJson(const SandboxRecord& r) const {
               {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)},
               {"create_path", r.create_path},
               {"create_ms", r.create_ms},
+              {"browser_ready", BrowserReadyJson(r)},
               {"events_url", "/v1/sandboxes/" + r.id + "/events"}};
 }
 
@@ -1400,12 +1407,23 @@ asio::awaitable<HttpResponse> ApiService::PutEgress(Call& c) {
 // ---------------------------------------------------------------------------------------------
 // CDP (cdp-proxy): /json/* and the DevTools WebSockets of the sandbox's Chromium
 
-asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdp(const std::string& sandbox_id) {
+asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdpVersion(
+    const std::string& sandbox_id) {
   auto sb = manager_.Find(sandbox_id);
   if (!sb || sb->state != SandboxState::kRunning) co_return std::unexpected(std::string("the sandbox is not running"));
   auto s = co_await manager_.ConnectGuest(sb->slot, cdp_proxy::kGuestCdpPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
+}
+
+asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialCdp(const std::string& sandbox_id) {
+  // Pages are reached only once none holds random state shared with other clones (a sandbox
+  // restored for its create reloads them right after; vmhost WaitBrowserFresh).
+  if (auto sb = manager_.Find(sandbox_id)) {
+    if (auto fresh = co_await manager_.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh)
+      co_return std::unexpected(fresh.error().message);
+  }
+  co_return co_await DialCdpVersion(sandbox_id);
 }
 
 recorder::v1::Actor ApiService::ActorOf(const Call& c) const {

@@ -74,6 +74,10 @@ std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in)
 
 // The cookie the view page sets for its WebSocket and modules (Path=/v1/sandboxes/{id}/).
 inline constexpr char kViewCookie[] = "deskbox_view";
+// How long a call that reaches a page (CDP, screenshots, actions) waits for a sandbox restored
+// for its create to reload its pages (vmhost WaitBrowserFresh): seconds under emulation, with
+// room for a loaded host.
+inline constexpr std::chrono::milliseconds kBrowserFreshTimeout{120000};
 
 inline HttpResponse Error(unsigned status, std::string_view code, std::string message) {
   HttpResponse r;

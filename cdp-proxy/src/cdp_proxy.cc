@@ -71,7 +71,8 @@ void CdpProxy::Count(const std::string& method) {
 asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp(const std::string& sandbox_id,
                                                                                    http::verb method,
                                                                                    const std::string& target) {
-  auto sock = co_await dialer_.DialCdp(sandbox_id);
+  auto sock = co_await (method == http::verb::get && target == "/json/version" ? dialer_.DialCdpVersion(sandbox_id)
+                                                                               : dialer_.DialCdp(sandbox_id));
   if (!sock) co_return std::unexpected(sock.error());
   beast::tcp_stream stream(std::move(*sock));
   http::request<http::empty_body> req{method, target, 11};

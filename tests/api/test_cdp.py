@@ -219,5 +219,60 @@ class CdpTest(ApiTestCase):
                         f"the proxy context is a notable audit event: {notable}")
 
 
+class CdpRightAfterARestoreTest(ApiTestCase):
+    """Nothing pooled: each create restores for its request and hands the sandbox out before the
+    browser has reloaded its pages in new renderers. A script that connects at once, and a
+    screenshot asked for at once, wait for the reload; they never see a page from the snapshot."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_npm_packages()
+        cls.start_deployment(warm_pool=0)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop_deployment()
+
+    def token(self, sid, scope):
+        return self.expect(self.dbx.post(f"/v1/sandboxes/{sid}/tokens", json={"scope": scope}), 201)["token"]
+
+    def test_page_access_waits_for_the_reload_and_never_sees_the_snapshots_page(self):
+        dbx = self.dbx
+        created_ms = time.time() * 1000
+        a = self.create_sandbox()
+        try:
+            self.assertIn(a["create_path"], ("cold", "prestarted"), a)
+            self.assertIs(a["browser_ready"], False, "a restore's pages reload after its create")
+            # The browser process answers /json/version before the pages are back.
+            cdp_a = self.token(a["id"], "cdp")
+            v = self.expect(dbx.get(f"/v1/sandboxes/{a['id']}/cdp/json/version", token=cdp_a), 200)
+            self.assertIn("Chrome/", v["Browser"])
+            # A screenshot asked for now is of the reloaded page.
+            shot = self.expect(dbx.get(f"/v1/sandboxes/{a['id']}/screenshot", params={"format": "png"}, timeout=300), 200)
+            self.assertEqual(shot.content[:8], b"\x89PNG\r\n\x1a\n")
+            self.assertIs(self.get_sandbox(a["id"])["browser_ready"], True)
+
+            created_b_ms = time.time() * 1000
+            b = self.create_sandbox()
+            try:
+                self.assertIs(b["browser_ready"], False)
+                cdp_b = self.token(b["id"], "cdp")
+                rb, pb = run_client("existing-pages", f"{dbx.url}/v1/sandboxes/{b['id']}/cdp", f"Bearer {cdp_b}")
+                self.assertTrue(rb["ok"], f"{rb} {pb.stderr[-2000:]}")
+                ra, pa = run_client("existing-pages", f"{dbx.url}/v1/sandboxes/{a['id']}/cdp", f"Bearer {cdp_a}")
+                self.assertTrue(ra["ok"], f"{ra} {pa.stderr[-2000:]}")
+                for r, t in ((ra, created_ms), (rb, created_b_ms)):
+                    for page in r["pages"]:
+                        self.assertGreaterEqual(page["origin"], t - 1000,
+                                                f"a page older than its sandbox's create: {r}")
+                self.assertNotEqual(ra["pages"][0]["random"], rb["pages"][0]["random"])
+                self.assertNotEqual(ra["pages"][0]["math"], rb["pages"][0]["math"])
+                self.assertIs(self.get_sandbox(b["id"])["browser_ready"], True)
+            finally:
+                self.delete_sandbox(b["id"])
+        finally:
+            self.delete_sandbox(a["id"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -8,6 +8,7 @@
 //   node cdp_client.mjs hold <wsURL> [authorization]             raw WebSocket: waits for the close frame
 //   node cdp_client.mjs proxy-context <endpoint> <proxyServer> [authorization]
 //   node cdp_client.mjs bench <wsURL> <calls>                     Runtime.evaluate("1") round trips
+//   node cdp_client.mjs existing-pages <endpoint> [authorization] what the browser's open pages say
 import { chromium } from 'playwright-core';
 import puppeteer from 'puppeteer-core';
 import WebSocket from 'ws';
@@ -46,6 +47,28 @@ async function playwrightScenario(url, auth, ownContext) {
       png.subarray(0, 8).equals(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])),
     title, value, dataTitle, screenshotBytes: png.length, connectMs: Math.round(connectMs),
   };
+}
+
+// The pages a connecting script finds open: when each document began (performance.timeOrigin,
+// ms since the epoch), random bytes from it, and whether it answers after a navigation.
+async function existingPagesScenario(url, auth) {
+  const t0 = performance.now();
+  const browser = await chromium.connectOverCDP(url, { headers: headersFrom(auth), timeout: 120000 });
+  const connectMs = performance.now() - t0;
+  const pages = [];
+  for (const context of browser.contexts()) {
+    for (const page of context.pages()) {
+      const seen = await page.evaluate(() => ({
+        origin: performance.timeOrigin,
+        random: Array.from(crypto.getRandomValues(new Uint8Array(16))).join(','),
+        math: String(Math.random()),
+      }));
+      await page.goto('data:text/html,<title>still here</title>');
+      pages.push({ ...seen, title: await page.title() });
+    }
+  }
+  await browser.close();
+  return { ok: pages.length > 0 && pages.every((p) => p.title === 'still here'), pages, connectMs: Math.round(connectMs) };
 }
 
 async function puppeteerScenario(wsEndpoint) {
@@ -136,6 +159,7 @@ try {
   else if (cmd === 'puppeteer') r = await puppeteerScenario(endpoint);
   else if (cmd === 'hold') r = await holdScenario(endpoint, rest[0]);
   else if (cmd === 'proxy-context') r = await proxyContextScenario(endpoint, rest[0], rest[1]);
+  else if (cmd === 'existing-pages') r = await existingPagesScenario(endpoint, rest[0]);
   else if (cmd === 'bench') r = await benchScenario(endpoint, Number(rest[0] ?? 1000));
   else throw new Error(`unknown command ${cmd}`);
   out(r);

@@ -73,11 +73,18 @@ void GuestTest::AbandonGuests() {
   std::fflush(stdout);
 }
 
-std::shared_ptr<vmhost::Sandbox> GuestTest::CreateOrDie() {
+std::shared_ptr<vmhost::Sandbox> GuestTest::CreateOrDie(bool wait_browser) {
   auto sb = Run(manager_->Create());
   if (!sb) {
     ADD_FAILURE() << "create: " << sb.error().message;
     return nullptr;
+  }
+  if (wait_browser) {
+    auto fresh = Run(manager_->WaitBrowserFresh(*sb, 180s), 200s);
+    if (!fresh) {
+      ADD_FAILURE() << "browser refresh: " << fresh.error().message;
+      return nullptr;
+    }
   }
   return *sb;
 }

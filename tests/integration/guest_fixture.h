@@ -40,7 +40,9 @@ class GuestTest : public ::testing::Test {
   void RunVoid(boost::asio::awaitable<void> aw,
                std::chrono::seconds timeout = std::chrono::seconds(180));
 
-  std::shared_ptr<vmhost::Sandbox> CreateOrDie();
+  // Creates a sandbox and, unless told not to, waits until its browser's pages are fresh
+  // (SandboxManager::WaitBrowserFresh), as every client that reaches a page does.
+  std::shared_ptr<vmhost::Sandbox> CreateOrDie(bool wait_browser = true);
   // Before an abort: kills this test's QEMU processes and its jailer, so that nothing keeps
   // ctest's output pipe open (ctest would then wait for its timeout) or runs on.
   void AbandonGuests();

@@ -172,6 +172,49 @@ bool CgroupExists(const std::string& name, uint32_t slot, const std::string& pre
          std::filesystem::exists("/sys/fs/cgroup/" + leaf);
 }
 
+// A restore for a waiting client hands the sandbox out before its pages have reloaded in new
+// renderers; the desktop and the agent answer at once, and WaitBrowserFresh is the gate that
+// every page client passes. A sandbox destroyed while it reloads leaves nothing behind.
+TEST_F(RestoreTest, HandedOutBeforeItsPagesReloadWhichTheGateWaitsFor) {
+  double created_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto sb = CreateOrDie(/*wait_browser=*/false);
+  ASSERT_TRUE(sb);
+  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
+  EXPECT_EQ(sb->path, vmhost::CreatePath::kCold);
+  EXPECT_TRUE(sb->browser_refreshing) << "create waited for the reload";
+  agent::v1::Request ping;
+  ping.mutable_ping();
+  EXPECT_TRUE(Run(sb->agent->Call(std::move(ping), 10s)));
+  auto fresh = Run(manager_->WaitBrowserFresh(sb, 180s), 200s);
+  ASSERT_TRUE(fresh) << fresh.error().message;
+  EXPECT_FALSE(sb->browser_refreshing);
+  // The page's document was made by a renderer started after the hand-out (the guest clock is
+  // the host's since then).
+  std::string origin = CdpEvaluate(*sb, "performance.timeOrigin");
+  ASSERT_FALSE(origin.empty());
+  EXPECT_GE(std::stod(origin), created_ms - 1000) << "the page was not reloaded after the restore";
+  // Waiting again returns at once.
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(Run(manager_->WaitBrowserFresh(sb, 1s)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
+
+  auto gone = CreateOrDie(/*wait_browser=*/false);
+  ASSERT_TRUE(gone);
+  ASSERT_TRUE(gone->browser_refreshing);
+  pid_t pid = gone->qemu_pid;
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(gone->slot);
+  ASSERT_TRUE(Run(manager_->Destroy(gone->id)));
+  auto after = Run(manager_->WaitBrowserFresh(gone, 60s), 90s);
+  ASSERT_FALSE(after);
+  EXPECT_NE(after.error().message.find("stopped"), std::string::npos) << after.error().message;
+  EXPECT_NE(::kill(pid, 0), 0) << "QEMU still alive";
+  EXPECT_FALSE(std::filesystem::exists(slot_dir)) << "slot files left behind";
+  EXPECT_EQ(Netns(env_.netns_prefix).size(), 1u) << "netns left behind";
+  // The first sandbox still works.
+  EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
+}
+
 TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);

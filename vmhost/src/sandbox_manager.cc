@@ -313,12 +313,20 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
   auto deadline = t0 + 3 * config_.ready_timeout;  // up to three rounds
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   std::string last;
+  // A sandbox refreshed after its hand-out can be destroyed or fail meanwhile.
+  auto gone = [&] { return sb.state == SandboxState::kStopped || sb.state == SandboxState::kFailed; };
+  auto gone_error = [&] {
+    return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                   fmt::format("sandbox {} is {}", sb.id, ToString(sb.state))});
+  };
   for (int round = 1;; ++round) {
+    if (gone()) co_return gone_error();
     agent::v1::Request req;
     req.mutable_exec()->add_argv("/usr/lib/deskbox/refresh-browser");
     // Quick normally; under emulation with other guests restoring it has taken over 30 s.
     req.mutable_exec()->set_timeout_s(120);
     auto r = co_await sb.agent->Call(std::move(req), 130s);
+    if (gone()) co_return gone_error();
     if (!r) co_return std::unexpected(VmError{VmError::Code::kAgent, "refresh-browser: " + r.error().message});
     if (r->exec().exit_code() != 0)
       co_return std::unexpected(VmError{VmError::Code::kGuest,
@@ -326,6 +334,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
                                                     r->exec().stderr().substr(0, 200))});
     auto t_script = std::chrono::steady_clock::now();
     auto ready = co_await WaitGuestServices(sb.slot, config_.ready_timeout);
+    if (gone()) co_return gone_error();
     if (!ready) co_return ready;
     auto t_services = std::chrono::steady_clock::now();
     // A loaded host (a compile beside two guests) has made /json/list take over 5 s.
@@ -351,6 +360,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
     // starts, its evaluation waits or fails; ask again until the round ends.
     bool fresh = false;
     while (!fresh && std::chrono::steady_clock::now() < round_end) {
+      if (gone()) co_return gone_error();
       pages = co_await GuestPageIds(sb.slot, 15s);
       if (pages && !pages->empty()) {
         fresh = true;
@@ -583,16 +593,78 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Transition(Sandbox
       sb.pidfd->close(ec);
     }
     if (from != SandboxState::kFailed) co_await ReleaseSlot(sb.slot);
+    for (auto& w : sb.browser_waiters) w->cancel();  // they see the state and give up
   }
   if (to == SandboxState::kStopped) sandboxes_.erase(sb.id);
   if (observer_) observer_(sb, from);
   co_return std::expected<void, VmError>{};
 }
 
+void SandboxManager::RefreshInBackground(const std::shared_ptr<Sandbox>& sb) {
+  sb->browser_refreshing = true;
+  ++background_refreshes_;
+  ++client_restores_;  // refills hold back until this one's renderer runs, as during the restore
+  asio::co_spawn(
+      executor_,
+      [](SandboxManager* self, std::shared_ptr<Sandbox> sb, std::shared_ptr<bool> alive) -> asio::awaitable<void> {
+        auto t0 = std::chrono::steady_clock::now();
+        auto r = co_await self->RefreshBrowser(*sb);
+        if (!*alive) co_return;
+        --self->client_restores_;
+        if (!r && !self->shutting_down_ &&
+            (sb->state == SandboxState::kRunning || sb->state == SandboxState::kPaused)) {
+          co_await self->LogGuestState(*sb, r.error().message);
+          if (!*alive) co_return;
+          sb->browser_failure = r.error().message;
+          sb->failure = "the browser did not restart after the restore: " + r.error().message;
+          if (sb->state == SandboxState::kRunning || sb->state == SandboxState::kPaused)
+            co_await self->Transition(*sb, SandboxState::kFailed);
+          if (!*alive) co_return;
+        } else if (!r) {
+          sb->browser_failure = r.error().message;
+        } else {
+          log::Debug(kLog, "sandbox {}: pages fresh {:.0f} ms after hand-out", sb->id,
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        sb->browser_refreshing = false;
+        for (auto& w : sb->browser_waiters) w->cancel();
+        sb->browser_waiters.clear();
+        --self->background_refreshes_;
+        self->KickRefill();
+      }(this, sb, alive_),
+      asio::detached);
+}
+
+asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitBrowserFresh(std::shared_ptr<Sandbox> sb,
+                                                                               std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (sb->browser_refreshing && sb->state != SandboxState::kStopped && sb->state != SandboxState::kFailed) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      co_return std::unexpected(VmError{VmError::Code::kTimeout,
+                                        fmt::format("sandbox {}: its browser is still reloading its pages after the "
+                                                    "restore ({} ms waited)", sb->id, timeout.count())});
+    auto t = std::make_shared<asio::steady_timer>(executor_);
+    t->expires_at(deadline);
+    sb->browser_waiters.push_back(t);
+    boost::system::error_code ec;
+    co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    std::erase(sb->browser_waiters, t);
+  }
+  if (sb->state == SandboxState::kStopped)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is stopped", sb->id)});
+  if (!sb->browser_failure.empty())
+    co_return std::unexpected(VmError{VmError::Code::kGuest, "the browser did not restart after the restore: " +
+                                                                 sb->browser_failure});
+  if (sb->state == SandboxState::kFailed)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} failed: {}", sb->id, sb->failure)});
+  co_return std::expected<void, VmError>{};
+}
+
 asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::Create() {
-  // A restore done for this request (nothing warm) can fail in the guest under emulation — a
-  // browser that does not come back from its refresh in time. Such a VM is thrown away and the
-  // restore done once more, in a fresh slot, before the client is told.
+  // A restore done for this request (nothing warm) can fail in the guest under emulation — an
+  // agent that does not answer in time. Such a VM is thrown away and the restore done once
+  // more, in a fresh slot, before the client is told.
   auto alive = alive_;
   bool warm = false;
   auto r = co_await CreateOnce(&warm);
@@ -688,13 +760,13 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   if (!h) co_return co_await fail(h.error());
   log::Debug(kLog, "slot {}: hand-out took {:.0f} ms", sb->slot,
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_restored).count());
-  if (path != CreatePath::kWarm) {
-    auto fresh = co_await RefreshBrowser(*sb);
-    if (!fresh) co_return co_await fail(fresh.error());
-  }
   if (sb->state != SandboxState::kCreating)
     co_return std::unexpected(VmError{VmError::Code::kQemu, "sandbox failed while starting: " + sb->failure});
   co_await Transition(*sb, SandboxState::kRunning);
+  // The desktop, the agent and the browser process answer now; the pages reload in new
+  // renderers while the client goes on (under emulation that is seconds of a cold translation
+  // cache). Whatever talks to a page waits for it: WaitBrowserFresh.
+  if (path != CreatePath::kWarm) RefreshInBackground(sb);
   log::Info(kLog, "sandbox {} running in slot {} ({})", sb->id, sb->slot, ToString(path));
   co_return sb;
 }
@@ -712,6 +784,12 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Pause(const std::s
     co_return std::unexpected(VmError{VmError::Code::kInvalidState,
                                       fmt::format("sandbox {} is {}; only a running sandbox can be paused",
                                                   id, ToString(sb->state))});
+  // Stopped vCPUs would stall a browser refresh still under way into a failure.
+  if (auto fresh = co_await WaitBrowserFresh(sb, 3 * config_.ready_timeout); !fresh) co_return fresh;
+  if (sb->state != SandboxState::kRunning)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} is {}; only a running sandbox can be paused", id,
+                                                  ToString(sb->state))});
   auto r = co_await sb->qmp->Execute("stop");
   if (!r) co_return std::unexpected(VmError{VmError::Code::kQemu, "stop: " + r.error().message});
   co_return co_await Transition(*sb, SandboxState::kPaused);
@@ -866,6 +944,9 @@ asio::awaitable<void> SandboxManager::Shutdown(bool keep_sandboxes) {
     sandboxes_.clear();
   }
   for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
+  // A browser refresh still running after a hand-out ends once it sees its guest gone (or, for
+  // a kept sandbox, its agent closed); it must not outlive the manager.
+  for (int i = 0; i < 1200 && background_refreshes_ > 0; ++i) co_await Sleep(50ms);
   while (!warm_.empty()) {
     auto sb = warm_.front();
     warm_.pop_front();

@@ -117,6 +117,7 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   boost::asio::awaitable<std::expected<nlohmann::json, HttpResponse>> ReadJson(Call& c);
   std::expected<SandboxRecord*, HttpResponse> FindRecord(const std::string& id);
   std::expected<std::shared_ptr<vmhost::Sandbox>, HttpResponse> RunningSandbox(const std::string& id);
+  nlohmann::json BrowserReadyJson(const SandboxRecord& r) const;
   nlohmann::json SandboxJson(const SandboxRecord& r) const;
   void Save(SandboxRecord& r);
   void EmitLifecycle(const SandboxRecord& r, const Call* c, std::string from, std::string to, std::string reason,
@@ -128,6 +129,8 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
   void OnTransition(const vmhost::Sandbox& sb, vmhost::SandboxState from);
   bool RateLimitAllows(double* retry_after_s);
   boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
+      const std::string& sandbox_id) override;
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdpVersion(
       const std::string& sandbox_id) override;
   size_t AliveCount() const;
   boost::asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> Open(bool ipv6, bool udp,

@@ -38,6 +38,12 @@ class GuestDialer {
   virtual ~GuestDialer() = default;
   virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
       const std::string& sandbox_id) = 0;
+  // A connection for GET /json/version only, which the browser process answers and no page
+  // does: a dialer that holds page access back (while pages reload) may let it through earlier.
+  virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdpVersion(
+      const std::string& sandbox_id) {
+    return DialCdp(sandbox_id);
+  }
 };
 
 struct CdpProxyOptions {

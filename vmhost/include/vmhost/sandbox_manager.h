@@ -72,6 +72,12 @@ class Sandbox {
   std::unique_ptr<QmpClient> qmp;
   std::unique_ptr<AgentClient> agent;
   std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
+  // After a restore for a waiting client the sandbox is handed out before its browser has
+  // reloaded its pages in new renderers (SandboxManager::RefreshBrowser); until then nothing may
+  // talk to a page: SandboxManager::WaitBrowserFresh() is the gate.
+  bool browser_refreshing = false;
+  std::string browser_failure;  // why the refresh failed, if it did (the sandbox is then failed)
+  std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters;  // cancelled when it ends
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.
@@ -112,7 +118,16 @@ class SandboxManager {
   // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
   boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
 
+  // A running sandbox. From the warm pool its browser is fresh already; a restore made for this
+  // call returns once the guest is restored, its clock set and its RNG reseeded, and reloads
+  // the browser's pages in the background (WaitBrowserFresh).
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create();
+  // Waits until no page of the sandbox's browser holds random state shared with other clones:
+  // every page reloaded in a renderer started after the restore and running script. At once
+  // when that is so already. An error if the refresh failed (the sandbox is failed then), the
+  // sandbox stopped, or `timeout` passed.
+  boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox> sb,
+                                                                        std::chrono::milliseconds timeout);
   boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id);
   boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id);
   boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id);
@@ -157,6 +172,9 @@ class SandboxManager {
   // page in a new renderer, then waits until the guest answers RFB and CDP and every page runs
   // script (a client connecting earlier would race the reload).
   boost::asio::awaitable<std::expected<void, VmError>> RefreshBrowser(Sandbox& sb);
+  // RefreshBrowser for a sandbox already handed out: marks it refreshing, wakes its waiters when
+  // done, and fails the sandbox if the refresh fails.
+  void RefreshInBackground(const std::shared_ptr<Sandbox>& sb);
   // One HTTP request to the guest browser's DevTools server, through the sandbox's netns: the
   // body of a 200 answer.
   boost::asio::awaitable<std::expected<std::string, VmError>> GuestHttp(uint32_t slot, const std::string& method,
@@ -200,6 +218,7 @@ class SandboxManager {
   bool shutting_down_ = false;
   TransitionObserver observer_;
   size_t client_restores_ = 0;  // creates restoring for a waiting client (refills hold back)
+  size_t background_refreshes_ = 0;  // RefreshInBackground coroutines running
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
