@@ -71,8 +71,11 @@ void CdpProxy::Count(const std::string& method) {
 asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp(const std::string& sandbox_id,
                                                                                    http::verb method,
                                                                                    const std::string& target) {
-  auto sock = co_await (method == http::verb::get && target == "/json/version" ? dialer_.DialCdpVersion(sandbox_id)
-                                                                               : dialer_.DialCdp(sandbox_id));
+  std::expected<asio::ip::tcp::socket, std::string> sock = std::unexpected(std::string());
+  if (method == http::verb::get && target == "/json/version")
+    sock = co_await dialer_.DialCdpVersion(sandbox_id);
+  else
+    sock = co_await dialer_.DialCdp(sandbox_id);
   if (!sock) co_return std::unexpected(sock.error());
   beast::tcp_stream stream(std::move(*sock));
   http::request<http::empty_body> req{method, target, 11};
