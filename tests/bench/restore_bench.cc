@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
+#include <string_view>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -227,6 +230,46 @@ uint64_t PssKb(int pid) {
   return p == std::string::npos ? 0 : std::strtoull(s->c_str() + p + 5, nullptr, 10);
 }
 
+// Where a QEMU's PSS is (KiB): TCG's translation cache (its anonymous rwx code buffer, which a
+// KVM guest does not have), the guest RAM mapping of the template's RAM file (pages the guest
+// wrote are private copies; the rest is page cache shared by every clone), and the rest.
+struct PssParts {
+  uint64_t total = 0, code = 0, ram = 0, ram_private = 0;
+};
+
+PssParts PssBreakdown(int pid) {
+  PssParts parts;
+  auto s = ReadFile("/proc/" + std::to_string(pid) + "/smaps", 64 << 20);
+  if (!s) return parts;
+  enum { kOther, kCode, kRam } kind = kOther;
+  size_t pos = 0;
+  while (pos < s->size()) {
+    size_t end = s->find('\n', pos);
+    if (end == std::string::npos) end = s->size();
+    std::string_view line(s->data() + pos, end - pos);
+    pos = end + 1;
+    auto field = [&](std::string_view name) -> std::optional<uint64_t> {
+      if (!line.starts_with(name)) return std::nullopt;
+      return std::strtoull(std::string(line.substr(name.size())).c_str(), nullptr, 10);
+    };
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ')) {
+      // A mapping: "start-end perms offset dev inode [path]"; anonymous ones have no path.
+      std::istringstream in{std::string(line)};
+      std::string range, perms, offset, dev, inode, path;
+      in >> range >> perms >> offset >> dev >> inode;
+      std::getline(in >> std::ws, path);
+      kind = perms == "rwxp" && path.empty() ? kCode : path.ends_with("/ram") ? kRam : kOther;
+    } else if (auto v = field("Pss:")) {
+      parts.total += *v;
+      if (kind == kCode) parts.code += *v;
+      if (kind == kRam) parts.ram += *v;
+    } else if (auto a = field("Anonymous:"); a && kind == kRam) {
+      parts.ram_private += *a;
+    }
+  }
+  return parts;
+}
+
 double CpuSeconds(int pid) {
   auto s = ReadFile("/proc/" + std::to_string(pid) + "/stat", 4096);
   if (!s) return 0;
@@ -341,9 +384,13 @@ int Bench(int argc, char** argv) {
   auto t0 = Clock::now();
   if (!alive.empty()) std::this_thread::sleep_for(10s);
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  double pss_total = 0, cpu_total = 0;
+  double pss_total = 0, cpu_total = 0, pss_code = 0, pss_ram = 0, ram_private = 0;
   for (size_t i = 0; i < alive.size(); ++i) {
     pss_total += PssKb(alive[i]->qemu_pid) / 1024.0;
+    auto parts = PssBreakdown(alive[i]->qemu_pid);
+    pss_code += parts.code / 1024.0;
+    pss_ram += parts.ram / 1024.0;
+    ram_private += parts.ram_private / 1024.0;
     cpu_total += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
   }
   int answering = 0;
@@ -377,7 +424,8 @@ int Bench(int argc, char** argv) {
   row("baseline: full-stream restore", full);
   if (boot > 0) std::printf("%-34s %10.1f\n", "baseline: cold boot", boot);
   // What a client that talks to a page first waits for: a restore's pages reload after create.
-  std::printf("%-34s %10s %10s\n", "create -> pages fresh", "p50 ms", "p95 ms");
+  if (!warm.ms.empty() || !pre.ms.empty() || !cold.ms.empty() || !full.ms.empty())
+    std::printf("%-34s %10s %10s\n", "create -> pages fresh", "p50 ms", "p95 ms");
   row("warm pool", warm.Fresh());
   row("pre-started QEMU (restore)", pre.Fresh());
   row("nothing pooled", cold.Fresh());
@@ -399,6 +447,10 @@ int Bench(int argc, char** argv) {
   if (n > 0)
     std::printf("idle per sandbox (QEMU incl., %zu sandboxes): PSS %.0f MiB, CPU %.1f%% of a core\n", n,
                 pss_total / n, 100.0 * cpu_total / n);
+  if (n > 0)
+    std::printf("  of it: TCG translation cache %.0f MiB, guest RAM %.0f MiB (%.0f MiB written by the guest, the rest "
+                "shared with the other clones), QEMU and the rest %.0f MiB\n",
+                pss_code / n, pss_ram / n, ram_private / n, (pss_total - pss_code - pss_ram) / n);
   if (alive_target > 0)
     std::printf("alive at once: %d of %d created answer RFB + agent ping within 5 s (target %d)\n", answering,
                 static_cast<int>(n), alive_target);
