@@ -221,6 +221,21 @@ class DesktopTest(OneSandboxTestCase):
         self.act({"type": "type", "text": "é\tü"})
         self.assertIn("Tab", self.page.evaluate("window.keys"), "Tab is a key press between two pastes")
 
+    def test_a_key_that_is_a_character_beyond_ascii_is_pasted_between_the_other_keys(self):
+        # A key action of "é" alone would be a keysym the guest's keyboard map lacks; it is
+        # pasted, in order with the keys around it, each time alike.
+        self.focus("#field")
+        self.act({"type": "key", "keys": "ctrl+a Delete"})
+        self.assertEqual(self.wait_for("document.getElementById('field').value", ""), "")
+        self.page.evaluate("window.keys = []; document.getElementById('field')"
+                           ".addEventListener('keydown', e => window.keys.push(e.key))")
+        for expected in ("xéy世", "xéy世xéy世"):
+            self.act({"type": "key", "keys": "x é y U+4E16"})
+            self.assertEqual(self.wait_for("document.getElementById('field').value", expected), expected)
+        keys = self.page.evaluate("window.keys")
+        self.assertNotIn("é", keys, "é is pasted, not a key press")
+        self.assertEqual(keys[0], "x", keys)
+
     def test_coordinates_in_a_declared_display_are_mapped_to_the_screen(self):
         w, h = self.screen
         dw, dh = w // 2, h // 2

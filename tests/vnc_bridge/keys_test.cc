@@ -102,5 +102,23 @@ TEST(KeysTest, TextBecomesOneKeysymPerCharacter) {
   }
 }
 
+TEST(KeysTest, CharactersBeyondAsciiAreRecognisedFromTheirKeysyms) {
+  EXPECT_EQ(CharacterBeyondAscii(*KeysymForName("é")), U'é');
+  EXPECT_EQ(CharacterBeyondAscii(*KeysymForName("世")), U'世');
+  EXPECT_EQ(CharacterBeyondAscii(*KeysymForName("U+1F642")), U'\U0001F642');
+  EXPECT_EQ(CharacterBeyondAscii(0xa0), U'\u00a0');
+  for (const char* name : {"a", "Z", "~", "Return", "Tab", "F5", "ctrl", "KP_0", "0x0000ff9f"})
+    EXPECT_FALSE(CharacterBeyondAscii(*KeysymForName(name))) << name;
+  EXPECT_FALSE(CharacterBeyondAscii(0x0100d800));  // a surrogate is no character
+  EXPECT_FALSE(CharacterBeyondAscii(0x01110000));
+  // A code point in a combo or a sequence is one key.
+  auto seq = ParseKeySequence("x U+4E16 ctrl+U+00E9 u+a");
+  ASSERT_TRUE(seq) << seq.error();
+  ASSERT_EQ(seq->size(), 4u);
+  EXPECT_EQ((*seq)[1], std::vector<uint32_t>{0x01004e16});
+  EXPECT_EQ((*seq)[2], (std::vector<uint32_t>{kKeysymControlL, 0xe9}));
+  EXPECT_EQ((*seq)[3], (std::vector<uint32_t>{'u', 'a'}));  // too few digits: two keys
+}
+
 }  // namespace
 }  // namespace deskbox::vnc_bridge

@@ -288,7 +288,12 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& s
   // request the agent dropped is sent again once a ping gets through.
   auto step = [&](const char* what, bool clock) -> asio::awaitable<std::expected<void, VmError>> {
     for (int attempt = 0;; ++attempt) {
-      auto r = clock ? co_await sb.agent->SetClockNow(10s) : co_await sb.agent->ReseedFromHost(10s);
+      // No co_await inside a conditional expression (GCC 12 miscompiles some).
+      std::expected<void, AgentError> r;
+      if (clock)
+        r = co_await sb.agent->SetClockNow(10s);
+      else
+        r = co_await sb.agent->ReseedFromHost(10s);
       if (r) co_return std::expected<void, VmError>{};
       if (attempt > 0 || r.error().code != AgentError::Code::kTimeout)
         co_return std::unexpected(VmError{VmError::Code::kAgent, fmt::format("{}: {}", what, r.error().message)});

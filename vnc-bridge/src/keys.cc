@@ -181,6 +181,15 @@ uint32_t KeysymForCodePoint(char32_t cp) {
   return 0x01000000u + static_cast<uint32_t>(cp);
 }
 
+std::optional<char32_t> CharacterBeyondAscii(uint32_t keysym) {
+  if (keysym >= 0xa0 && keysym <= 0xff) return static_cast<char32_t>(keysym);
+  if (keysym >= 0x010000a0u && keysym <= 0x0110ffffu) {
+    auto cp = static_cast<char32_t>(keysym - 0x01000000u);
+    if (cp < 0xd800 || cp > 0xdfff) return cp;
+  }
+  return std::nullopt;
+}
+
 std::expected<std::u32string, std::string> DecodeUtf8(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
@@ -246,6 +255,15 @@ std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view co
     size_t plus = combo.find('+', i);
     // A '+' right at the start of a part is the plus key itself ("ctrl++", "+").
     if (plus == i) plus = combo.find('+', i + 1);
+    // "U+" with 4 to 6 hex digits is one key, a code point ("ctrl+U+00E9").
+    if (plus == i + 1 && (combo[i] == 'u' || combo[i] == 'U')) {
+      size_t next = combo.find('+', plus + 1);
+      std::string_view digits = combo.substr(plus + 1, next == std::string_view::npos ? std::string_view::npos
+                                                                                      : next - plus - 1);
+      if (digits.size() >= 4 && digits.size() <= 6 &&
+          digits.find_first_not_of("0123456789abcdefABCDEF") == std::string_view::npos)
+        plus = next;
+    }
     std::string_view part =
         combo.substr(i, plus == std::string_view::npos ? std::string_view::npos : plus - i);
     auto k = KeysymForName(part);

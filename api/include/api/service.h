@@ -154,6 +154,9 @@ class ApiService : private cdp_proxy::GuestDialer, private egress::UplinkSockets
       const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const;
   // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
   // keycode for (desktop.cc says which).
+  // A key action: its combos in order, a lone character beyond ASCII typed (pasted) instead.
+  boost::asio::awaitable<std::expected<void, std::string>> PressKeys(Call& c, vnc_bridge::FrameMirror& m,
+                                                                     const vnc_bridge::Action& action);
   boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c, vnc_bridge::FrameMirror& m,
                                                                     const std::u32string& text);
   struct StepOutcome {

@@ -10,6 +10,7 @@
 // changed only after the key press that changed it, and could drop that character.
 #include <cstdint>
 #include <expected>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,10 @@ std::expected<std::vector<std::vector<uint32_t>>, std::string> ParseKeySequence(
 
 // The keysym that types one Unicode code point.
 uint32_t KeysymForCodePoint(char32_t cp);
+
+// The character a keysym types when it is one beyond ASCII (Latin-1 above 0x9f, or 0x01000000 +
+// code point), which the guest's keyboard map lacks: the API pastes such a key alone.
+std::optional<char32_t> CharacterBeyondAscii(uint32_t keysym);
 
 // UTF-8 text → code points; an error names the byte offset of invalid UTF-8.
 std::expected<std::u32string, std::string> DecodeUtf8(std::string_view text);
