@@ -198,6 +198,13 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
       bucket_time_(std::chrono::steady_clock::now()),
       clock_(executor) {
   manager_.SetObserver([this](const vmhost::Sandbox& sb, SandboxState from) { OnTransition(sb, from); });
+  // A refresh that ended is no longer one for the next deskboxd to do again.
+  manager_.SetBrowserObserver([this](const vmhost::Sandbox& sb) {
+    auto it = records_.find(sb.id);
+    if (it == records_.end() || !it->second.browser_refreshing) return;
+    it->second.browser_refreshing = false;
+    Save(it->second);
+  });
   egress::EgressOptions eo;
   std::vector<egress::Cidr> reachable;
   for (const auto& c : config_.egress_reachable) reachable.push_back(*egress::ParseCidr(c));  // validated by ParseConfig
@@ -221,6 +228,7 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
 ApiService::~ApiService() {
   *alive_ = false;
   manager_.SetObserver(nullptr);
+  manager_.SetBrowserObserver(nullptr);
   flush_pool_.join();
 }
 
@@ -244,7 +252,8 @@ asio::awaitable<void> ApiService::Recover() {
       EmitLifecycle(r, nullptr, from, "failed", "restart_recovery", r.failure);
     } else if (r.state == "running" || r.state == "paused") {
       wanted.push_back({r.id, r.slot, r.qemu_pid,
-                        std::chrono::system_clock::time_point(std::chrono::milliseconds(r.created_at_ms))});
+                        std::chrono::system_clock::time_point(std::chrono::milliseconds(r.created_at_ms)),
+                        r.browser_refreshing});
     }
   }
   auto results = co_await manager_.Recover(std::move(wanted));
@@ -699,6 +708,7 @@ asio::awaitable<HttpResponse> ApiService::CreateSandbox(Call& c) {
   r.create_path = std::string(vmhost::ToString((*sb)->path));
   r.create_ms = std::round(ms * 10) / 10;
   r.owner = c.principal.id;
+  r.browser_refreshing = (*sb)->browser_refreshing;
   if ((*sb)->state != SandboxState::kRunning) {
     // It died between restore and now: keep the record, say so.
     r.state = "failed";

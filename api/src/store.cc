@@ -10,7 +10,7 @@ namespace deskbox::api {
 namespace {
 
 // 2: sandboxes.display ("WxH" or "") — a version 1 database is migrated on open.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, stopped_at_ms INTEGER NOT NULL,
   metadata TEXT NOT NULL, egress TEXT NOT NULL, failure TEXT NOT NULL,
   create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL,
-  display TEXT NOT NULL DEFAULT '');
+  display TEXT NOT NULL DEFAULT '', browser_refreshing INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, hash BLOB NOT NULL,
   created_at_ms INTEGER NOT NULL, revoked_at_ms INTEGER NOT NULL);
@@ -101,6 +101,15 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
         }
       v = 2;
     }
+    if (v == 2) {
+      for (const char* sql : {"BEGIN", "ALTER TABLE sandboxes ADD COLUMN browser_refreshing INTEGER NOT NULL DEFAULT 0",
+                              "UPDATE schema_version SET version = 3", "COMMIT"})
+        if (auto r = store->Exec(sql); !r) {
+          (void)store->Exec("ROLLBACK");
+          return std::unexpected(fmt::format("{}: migrating to schema version 3: {}", path, r.error()));
+        }
+      v = 3;
+    }
     if (v != kSchemaVersion)
       return std::unexpected(fmt::format("{}: schema version {} is not {} (made by another deskboxd version)",
                                          path, v, kSchemaVersion));
@@ -130,13 +139,15 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO sandboxes (id, state, template, slot, qemu_pid, width, height, timeout_s, "
               "on_timeout, expires_at_ms, created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, "
-              "create_path, create_ms, owner, display) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+              "create_path, create_ms, owner, display, browser_refreshing) "
+              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving sandbox"));
   s.Text(1, r.id).Text(2, r.state).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
   s.Int(6, r.width).Int(7, r.height).Int(8, r.timeout_s).Text(9, r.on_timeout).Int(10, r.expires_at_ms);
   s.Int(11, r.created_at_ms).Int(12, r.updated_at_ms).Int(13, r.stopped_at_ms).Text(14, r.metadata_json);
   s.Text(15, r.egress_json).Text(16, r.failure).Text(17, r.create_path).Real(18, r.create_ms).Text(19, r.owner);
   s.Text(20, r.display_w && r.display_h ? fmt::format("{}x{}", r.display_w, r.display_h) : std::string());
+  s.Int(21, r.browser_refreshing ? 1 : 0);
   if (s.Step() != SQLITE_DONE) return std::unexpected(Error("saving sandbox"));
   return {};
 }
@@ -145,7 +156,7 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
   Statement s(db_,
               "SELECT id, state, template, slot, qemu_pid, width, height, timeout_s, on_timeout, expires_at_ms, "
               "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner, "
-              "display FROM sandboxes ORDER BY created_at_ms");
+              "display, browser_refreshing FROM sandboxes ORDER BY created_at_ms");
   if (!s.ok()) return std::unexpected(Error("loading sandboxes"));
   std::vector<SandboxRecord> out;
   int rc;
@@ -170,6 +181,7 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
     r.create_path = s.ColText(16);
     r.create_ms = s.ColReal(17);
     r.owner = s.ColText(18);
+    r.browser_refreshing = s.ColInt(20) != 0;
     if (unsigned w = 0, h = 0; std::sscanf(s.ColText(19).c_str(), "%ux%u", &w, &h) == 2) {
       r.display_w = w;
       r.display_h = h;

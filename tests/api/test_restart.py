@@ -8,7 +8,8 @@ import signal
 import time
 import unittest
 
-from harness import ApiTestCase
+from harness import ApiTestCase, describe
+from wsclient import CdpPage
 
 
 class RestartTest(ApiTestCase):
@@ -31,8 +32,10 @@ class RestartTest(ApiTestCase):
         dbx = self.dbx
         before = dbx.qemu_processes()
         self.assertEqual(before, {}, "no QEMU before the first create")
+        created_ms = {"A": time.time() * 1000}
         a = self.create_sandbox(metadata={"name": "A"})["id"]
         before, (pid_a, slot_a) = self.new_qemu(before, "A")
+        created_ms["B"] = time.time() * 1000
         b = self.create_sandbox(metadata={"name": "B"})["id"]
         before, (pid_b, slot_b) = self.new_qemu(before, "B")
         c = self.create_sandbox(metadata={"name": "C"})["id"]
@@ -55,6 +58,24 @@ class RestartTest(ApiTestCase):
                          "A's and B's QEMUs outlive deskboxd (the jailer owns them)")
 
         dbx.start_daemon()
+
+        # Each was killed while (or soon after) its browser reloaded its pages after the restore;
+        # the new deskboxd finishes that: every page runs script in a renderer made after its
+        # sandbox's create, never left crashed.
+        for sid, name, t in ((a, "A", created_ms["A"]), (b, "B", created_ms["B"])):
+            shot = dbx.get(f"/v1/sandboxes/{sid}/screenshot", timeout=300)
+            self.assertEqual(shot.status_code, 200, f"{name}: {describe(shot)}")
+            self.assertIs(self.get_sandbox(sid)["browser_ready"], True, name)
+            pages = [t2 for t2 in self.expect(dbx.get(f"/v1/sandboxes/{sid}/cdp/json/list"), 200)
+                     if t2["type"] == "page"]
+            self.assertTrue(pages, f"{name} has a page")
+            for page in pages:
+                p = CdpPage(dbx.port, sid, page["id"], dbx.key, timeout=120)
+                try:
+                    origin = p.evaluate("performance.timeOrigin")
+                finally:
+                    p.close()
+                self.assertGreaterEqual(origin, t - 1000, f"{name}: a page from before its create")
 
         for sid, name in ((a, "A"), (b, "B")):
             sb = self.get_sandbox(sid)

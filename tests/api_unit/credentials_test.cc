@@ -181,17 +181,20 @@ TEST(StoreTest, KeepsADeclaredDisplayAndMigratesAVersion1Database) {
     ASSERT_EQ(all->size(), 1u);
     EXPECT_EQ(all->at(0).id, "sb-old");
     EXPECT_EQ(all->at(0).display_w, 0u);
+    EXPECT_FALSE(all->at(0).browser_refreshing);
     SandboxRecord r = all->at(0);
     r.display_w = 1024;
     r.display_h = 640;
+    r.browser_refreshing = true;
     ASSERT_TRUE((*s)->PutSandbox(r));
   }
-  auto s = Store::Open(path);  // now version 2: opens as it is
+  auto s = Store::Open(path);  // now version 3: opens as it is
   ASSERT_TRUE(s) << s.error();
   auto all = (*s)->LoadSandboxes();
   ASSERT_TRUE(all);
   EXPECT_EQ(all->at(0).display_w, 1024u);
   EXPECT_EQ(all->at(0).display_h, 640u);
+  EXPECT_TRUE(all->at(0).browser_refreshing);
   std::filesystem::remove_all(dir);
 }
 

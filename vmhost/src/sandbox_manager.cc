@@ -153,6 +153,11 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
         res.adopted = true;
         res.state = sb->state;
         log::Info(kLog, "recover: sandbox {} adopted in slot {} ({})", sb->id, sb->slot, status);
+        if (w.browser_refreshing) {
+          log::Info(kLog, "recover: sandbox {}: its browser refresh may not have ended; refreshing again", sb->id);
+          if (sb->state == SandboxState::kRunning) RefreshInBackground(sb);
+          else sb->refresh_on_resume = true;
+        }
       }
     }
     results.push_back(std::move(res));
@@ -637,6 +642,7 @@ void SandboxManager::RefreshInBackground(const std::shared_ptr<Sandbox>& sb) {
         for (auto& w : sb->browser_waiters) w->cancel();
         sb->browser_waiters.clear();
         --self->background_refreshes_;
+        if (self->browser_observer_ && !self->shutting_down_) self->browser_observer_(*sb);
         self->KickRefill();
       }(this, sb, alive_),
       asio::detached);
@@ -833,6 +839,10 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::Resume(const std::
   if (!t) co_return t;
   auto h = co_await HandOut(*sb);  // the clock stood still while paused
   if (!h) co_return std::unexpected(h.error());
+  if (sb->refresh_on_resume) {
+    sb->refresh_on_resume = false;
+    RefreshInBackground(sb);
+  }
   co_return std::expected<void, VmError>{};
 }
 

@@ -33,6 +33,9 @@ struct SandboxRecord {
   std::string create_path;
   double create_ms = 0;
   std::string owner;  // API key id that created it
+  // Handed out before its browser reloaded its pages, and not yet told that it has: a deskboxd
+  // started after one that died meanwhile does the reload again (vmhost WaitBrowserFresh).
+  bool browser_refreshing = false;
 };
 
 struct KeyRecord {

@@ -78,6 +78,7 @@ class Sandbox {
   bool browser_refreshing = false;
   std::string browser_failure;  // why the refresh failed, if it did (the sandbox is then failed)
   std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters;  // cancelled when it ends
+  bool refresh_on_resume = false;  // adopted paused with its refresh unfinished
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.
@@ -86,6 +87,9 @@ struct AdoptRequest {
   uint32_t slot = 0;
   int qemu_pid = 0;
   std::chrono::system_clock::time_point created_at;
+  // Handed out before its pages reloaded and not known to have finished: the previous process
+  // may have died mid-refresh, leaving crashed pages. Recover runs the refresh again.
+  bool browser_refreshing = false;
 };
 struct AdoptResult {
   std::string id;
@@ -97,6 +101,8 @@ struct AdoptResult {
 // Told of every state change the manager makes (after it is made), including the ones nobody
 // asked for: QEMU exiting turns a sandbox failed.
 using TransitionObserver = std::function<void(const Sandbox&, SandboxState from)>;
+// Told when a browser refresh after a hand-out has ended (browser_failure says how).
+using BrowserObserver = std::function<void(const Sandbox&)>;
 
 struct PoolStats {
   size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
@@ -115,6 +121,7 @@ class SandboxManager {
   std::expected<void, VmError> Load();
   boost::asio::awaitable<std::vector<AdoptResult>> Recover(std::vector<AdoptRequest> sandboxes);
   void SetObserver(TransitionObserver observer) { observer_ = std::move(observer); }
+  void SetBrowserObserver(BrowserObserver observer) { browser_observer_ = std::move(observer); }
   // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
   boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
 
@@ -217,6 +224,7 @@ class SandboxManager {
   bool refill_exited_ = false;
   bool shutting_down_ = false;
   TransitionObserver observer_;
+  BrowserObserver browser_observer_;
   size_t client_restores_ = 0;  // creates restoring for a waiting client (refills hold back)
   size_t background_refreshes_ = 0;  // RefreshInBackground coroutines running
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
