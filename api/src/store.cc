@@ -92,23 +92,22 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
   if (!q.ok()) return std::unexpected(store->Error("reading schema version"));
   if (q.Step() == SQLITE_ROW) {
     int64_t v = q.ColInt(0);
-    if (v == 1) {
-      for (const char* sql : {"BEGIN", "ALTER TABLE sandboxes ADD COLUMN display TEXT NOT NULL DEFAULT ''",
-                              "UPDATE schema_version SET version = 2", "COMMIT"})
+    // Each step: the column a version added, from the version before it.
+    struct Migration {
+      int64_t from;
+      const char* alter;
+    };
+    for (const Migration& m : {Migration{1, "ALTER TABLE sandboxes ADD COLUMN display TEXT NOT NULL DEFAULT ''"},
+                               Migration{2, "ALTER TABLE sandboxes ADD COLUMN browser_refreshing INTEGER NOT NULL "
+                                            "DEFAULT 0"}}) {
+      if (v != m.from) continue;
+      std::string bump = fmt::format("UPDATE schema_version SET version = {}", m.from + 1);
+      for (const char* sql : {"BEGIN", m.alter, bump.c_str(), "COMMIT"})
         if (auto r = store->Exec(sql); !r) {
           (void)store->Exec("ROLLBACK");
-          return std::unexpected(fmt::format("{}: migrating to schema version 2: {}", path, r.error()));
+          return std::unexpected(fmt::format("{}: migrating to schema version {}: {}", path, m.from + 1, r.error()));
         }
-      v = 2;
-    }
-    if (v == 2) {
-      for (const char* sql : {"BEGIN", "ALTER TABLE sandboxes ADD COLUMN browser_refreshing INTEGER NOT NULL DEFAULT 0",
-                              "UPDATE schema_version SET version = 3", "COMMIT"})
-        if (auto r = store->Exec(sql); !r) {
-          (void)store->Exec("ROLLBACK");
-          return std::unexpected(fmt::format("{}: migrating to schema version 3: {}", path, r.error()));
-        }
-      v = 3;
+      v = m.from + 1;
     }
     if (v != kSchemaVersion)
       return std::unexpected(fmt::format("{}: schema version {} is not {} (made by another deskboxd version)",
