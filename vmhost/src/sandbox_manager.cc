@@ -770,12 +770,10 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   }
   auto t_restored = std::chrono::steady_clock::now();
   std::expected<void, VmError> h;
-  if (path == CreatePath::kWarm) {
-    h = co_await (HandOut(*sb) && SetPriority(*sb, /*background=*/false));
-  } else {
+  if (path != CreatePath::kWarm) {
     h = co_await HandOut(*sb);
-  }
-  if (path == CreatePath::kWarm) {
+  } else {
+    h = co_await (HandOut(*sb) && SetPriority(*sb, /*background=*/false));
     // The refill restores a guest, which under emulation takes both cores for seconds: the
     // client's first connections to the sandbox it was just given (RFB, CDP, a screenshot) go
     // first. Measured (restore_bench, warm): RFB + CDP answered in 27–93 ms with the refill
