@@ -36,6 +36,7 @@ build() {
 build_artifacts() {
   local image template
   image=$("$DESKBOX_ROOT/desktop-images/image/build-image" --agent "$BUILD_DIR/desktop-images/deskbox-agent" \
+            --forward "$BUILD_DIR/desktop-images/deskbox-forward" \
             --cache-dir "$CACHE_DIR")
   template=$("$BUILD_DIR/bin/deskbox-template" --cache-dir "$CACHE_DIR" --image "$(basename "$image")" \
       --screen "${DESKBOX_SCREEN:-1280x800}")
