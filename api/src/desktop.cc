@@ -496,6 +496,9 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
       co_return std::unexpected(
           std::string("pasting text: the sandbox has no guest agent connection"));
     auto keep = sb;
+    // Where the screen stood before the clipboard changes, for the wait before ctrl+v below.
+    const uint64_t seq_before_clipboard = m.seq();
+    const auto clipboard_time = vb::FrameMirror::Clock::now();
     agent::v1::Request req;
     req.mutable_clipboard_set()->set_text(utf8);
     auto r = co_await keep->agent->Call(std::move(req), 15s);
@@ -503,31 +506,58 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
     // xclip returns before its background process owns the selection: until then ctrl+v gets
     // the previous owner's text, or nothing while that owner is giving it up (a CI run lost a
     // pasted "ß" so). Paste once the clipboard reads back as this text.
-    for (int attempt = 0;; ++attempt) {
-      agent::v1::Request get;
-      get.mutable_clipboard_get();
-      auto now = co_await keep->agent->Call(std::move(get), 15s);
-      if (now && now->has_clipboard() && now->clipboard().text() == utf8) break;
-      if (attempt >= 50)
-        co_return std::unexpected(
-            std::string("pasting text: the guest's clipboard did not take the text"));
-      asio::steady_timer pause(co_await asio::this_coro::executor, 20ms);
-      boost::system::error_code ec;
-      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-    uint64_t before = m.seq();
-    auto t0 = vb::FrameMirror::Clock::now();
-    vb::Action paste_key;
-    paste_key.type = vb::Action::Type::kKey;
-    paste_key.keys = {{vb::kKeysymControlL, 'v'}};
-    if (auto k = co_await vb::Perform(m, paste_key); !k) co_return k;
-    // The next paste must not replace the clipboard before the application has read it: wait
-    // for the pasted text to show.
+    auto clipboard_holds_text = [&]() -> asio::awaitable<std::expected<void, std::string>> {
+      for (int attempt = 0;; ++attempt) {
+        agent::v1::Request get;
+        get.mutable_clipboard_get();
+        auto now = co_await keep->agent->Call(std::move(get), 15s);
+        if (now && now->has_clipboard() && now->clipboard().text() == utf8) break;
+        if (attempt >= 50)
+          co_return std::unexpected(
+              std::string("pasting text: the guest's clipboard did not take the text"));
+        asio::steady_timer pause(co_await asio::this_coro::executor, 20ms);
+        boost::system::error_code ec;
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+      co_return std::expected<void, std::string>{};
+    };
+    // The next paste must not replace the clipboard before the application has read it, and
+    // Chromium reads it twice: for the paste event, then again to insert the text. So ctrl+v
+    // waits until what was typed before it has been drawn, and after ctrl+v the screen must
+    // change and then be still for 150 ms, every update counting, even a single glyph. Before,
+    // the late drawing of the key typed just before ctrl+v passed for the paste's own, the
+    // next run replaced the clipboard between Chromium's two reads, and the paste event fired
+    // with the text but nothing was inserted (one run in two of "x é y U+4E16" lost the "é").
+    vb::SettleOptions drawn;
+    drawn.quiet = 120ms;
+    drawn.no_change = 250ms;
+    drawn.timeout = 2s;
+    drawn.small_area = 0;
+    drawn.small_side = 0;
+    co_await m.Settle(seq_before_clipboard, clipboard_time, drawn);
     vb::SettleOptions o;
     o.quiet = 150ms;
     o.timeout = 3s;
     o.no_change = 3s;
-    co_await m.Settle(before, t0, o);
+    o.small_area = 0;
+    o.small_side = 0;
+    // A ctrl+v after which nothing at all changed on the screen for 3 s pasted nothing: a CI run
+    // lost the first "é" pasted in a sandbox so, with the clipboard read back as "é" just before.
+    // It is pressed once more; twice nothing means the focused window takes no text.
+    for (int press = 0; press < 2; ++press) {
+      if (auto h = co_await clipboard_holds_text(); !h) co_return h;
+      uint64_t before = m.seq();
+      auto t0 = vb::FrameMirror::Clock::now();
+      vb::Action paste_key;
+      paste_key.type = vb::Action::Type::kKey;
+      paste_key.keys = {{vb::kKeysymControlL, 'v'}};
+      if (auto k = co_await vb::Perform(m, paste_key); !k) co_return k;
+      auto settled = co_await m.Settle(before, t0, o);
+      if (settled.changed) break;
+      if (press == 0)
+        log::Warn("api", "sandbox {}: nothing changed on the screen 3 s after pasting {} bytes of text; pasting again",
+                  c.id, utf8.size());
+    }
     co_return std::expected<void, std::string>{};
   };
   // Ends a pasted run: pastes it, and the ASCII after its last other character goes as keys.
