@@ -528,22 +528,22 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
     // the late drawing of the key typed just before ctrl+v passed for the paste's own, the
     // next run replaced the clipboard between Chromium's two reads, and the paste event fired
     // with the text but nothing was inserted (one run in two of "x é y U+4E16" lost the "é").
-    vb::SettleOptions drawn;
-    drawn.quiet = 120ms;
-    drawn.no_change = 250ms;
-    drawn.timeout = 2s;
-    drawn.small_area = 0;
-    drawn.small_side = 0;
-    co_await m.Settle(seq_before_clipboard, clipboard_time, drawn);
-    vb::SettleOptions o;
-    o.quiet = 150ms;
-    o.timeout = 3s;
-    o.no_change = 3s;
-    o.small_area = 0;
-    o.small_side = 0;
-    // A ctrl+v after which nothing at all changed on the screen for 3 s pasted nothing: a CI run
-    // lost the first "é" pasted in a sandbox so, with the clipboard read back as "é" just before.
-    // It is pressed once more; twice nothing means the focused window takes no text.
+    auto every_update_counts = [](std::chrono::milliseconds quiet, std::chrono::milliseconds no_change,
+                                  std::chrono::milliseconds timeout) {
+      vb::SettleOptions o;
+      o.quiet = quiet;
+      o.no_change = no_change;
+      o.timeout = timeout;
+      o.small_area = 0;
+      o.small_side = 0;
+      return o;
+    };
+    co_await m.Settle(seq_before_clipboard, clipboard_time, every_update_counts(120ms, 250ms, 2s));
+    const vb::SettleOptions o = every_update_counts(150ms, 3s, 3s);
+    // A ctrl+v after which nothing at all changed on the screen for 3 s is taken to have pasted
+    // nothing, and is pressed once more; twice nothing means the focused window takes no text.
+    // (This second press is a safeguard only: the lost "é" above was the clipboard changing
+    // between Chromium's two reads, which the wait before ctrl+v ends.)
     for (int press = 0; press < 2; ++press) {
       if (auto h = co_await clipboard_holds_text(); !h) co_return h;
       uint64_t before = m.seq();

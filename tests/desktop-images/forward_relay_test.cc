@@ -130,6 +130,19 @@ class RelayTest : public ::testing::Test {
   }
   void TearDown() override { Stop(); }
 
+  // A client connection through the relay and the upstream's end of it.
+  struct Pair {
+    UniqueFd client, server;
+  };
+  Pair ConnectThrough(Listener& upstream) {
+    Pair p;
+    p.client = Connect(port_);
+    EXPECT_TRUE(p.client);
+    if (p.client) p.server = upstream.Accept();
+    EXPECT_TRUE(p.server);
+    return p;
+  }
+
   std::unique_ptr<TcpRelay> relay_;
   uint16_t port_ = 0;
   UniqueFd stop_;
@@ -155,10 +168,8 @@ TEST_F(RelayTest, CarriesMegabytesBothWaysUnchanged) {
   Listener upstream;
   Start(upstream.port);
   const std::string request = RandomBytes(3 << 20, 1);
-  UniqueFd client = Connect(port_);
-  ASSERT_TRUE(client);
-  UniqueFd server = upstream.Accept();
-  ASSERT_TRUE(server);
+  auto [client, server] = ConnectThrough(upstream);
+  ASSERT_TRUE(client && server);
   // the server echoes what it gets; the client writes and reads at once (3 MiB is far more than
   // the relay buffers, so this only finishes if both directions keep moving)
   std::thread echo([&] {
@@ -186,10 +197,8 @@ TEST_F(RelayTest, CarriesMegabytesBothWaysUnchanged) {
 TEST_F(RelayTest, AnEndOfStreamIsPassedOnAndTheOtherDirectionGoesOn) {
   Listener upstream;
   Start(upstream.port);
-  UniqueFd client = Connect(port_);
-  ASSERT_TRUE(client);
-  UniqueFd server = upstream.Accept();
-  ASSERT_TRUE(server);
+  auto [client, server] = ConnectThrough(upstream);
+  ASSERT_TRUE(client && server);
   ASSERT_TRUE(WriteAll(client.get(), "GET / HTTP/1.1\r\n\r\n", 18));
   ::shutdown(client.get(), SHUT_WR);
   bool server_eof = false;
@@ -215,10 +224,8 @@ TEST_F(RelayTest, AClientThatDoesNotReadHoldsTheUpstreamBack) {
   RelayLimits limits;
   limits.buffer_bytes = 16 * 1024;
   Start(upstream.port, limits);
-  UniqueFd client = Connect(port_);
-  ASSERT_TRUE(client);
-  UniqueFd server = upstream.Accept();
-  ASSERT_TRUE(server);
+  auto [client, server] = ConnectThrough(upstream);
+  ASSERT_TRUE(client && server);
   const size_t total = 64u << 20;
   const std::string chunk = RandomBytes(1 << 20, 2);
   std::atomic<size_t> sent{0};
@@ -336,10 +343,8 @@ TEST_F(RelayTest, ManyConcurrentExchangesEachGetTheirOwnAnswer) {
 TEST_F(RelayTest, StoppingClosesWhatIsOpen) {
   Listener upstream;
   Start(upstream.port);
-  UniqueFd client = Connect(port_);
-  ASSERT_TRUE(client);
-  UniqueFd server = upstream.Accept();
-  ASSERT_TRUE(server);
+  auto [client, server] = ConnectThrough(upstream);
+  ASSERT_TRUE(client && server);
   Stop();
   relay_.reset();
   bool eof = false;
