@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
 #include <fstream>
@@ -388,6 +390,30 @@ TEST_F(WarmPoolTest, HandsOutWarmSandboxesAndRefills) {
   // The clock of a sandbox that waited in the pool is set at hand-out.
   double guest = std::stod(Exec(*next, "date +%s.%N"));
   EXPECT_NEAR(guest, static_cast<double>(std::time(nullptr)), 2.0);
+}
+
+TEST_F(WarmPoolTest, ShutdownDuringARefillDoesNotWaitForTheRefillTimer) {
+  ASSERT_TRUE(Run(manager_->WaitPoolsFull(240s), 300s));
+  auto warm = CreateOrDie();
+  ASSERT_TRUE(warm);
+  // The refill takes the pre-started QEMU to restore the next warm one: it is mid-step.
+  bool started = Run(
+      [](vmhost::SandboxManager* m) -> asio::awaitable<bool> {
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        for (int i = 0; i < 300 && m->Stats().prestarted != 0; ++i) {
+          t.expires_after(100ms);
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        co_return m->Stats().prestarted == 0;
+      }(manager_.get()),
+      60s);
+  ASSERT_TRUE(started) << "the refill did not start";
+  auto t0 = std::chrono::steady_clock::now();
+  RunVoid(manager_->Shutdown(), 120s);
+  auto took = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0);
+  // The step itself (a restore and a browser refresh) ends in seconds; the idle refill timer is 60 s.
+  EXPECT_LT(took.count(), 40) << "Shutdown waited for the refill loop's idle timer";
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
 }
 
 class PrestartPoolTest : public GuestTest {

@@ -950,6 +950,8 @@ asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
     refilling_ = false;
     failures = failed ? failures + 1 : 0;
     if (progress) continue;
+    // A shutdown that began during this step kicked a timer nobody waited on yet.
+    if (shutting_down_) break;
     // Nothing to do (or back off after failures): sleep until kicked.
     refill_timer_.expires_after(failed ? std::chrono::milliseconds(std::min(30000, 500 << std::min(failures, 6)))
                                        : std::chrono::milliseconds(60000));
