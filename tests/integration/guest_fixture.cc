@@ -65,6 +65,21 @@ void GuestTest::RunVoid(asio::awaitable<void> aw, std::chrono::seconds timeout) 
       timeout);
 }
 
+bool GuestTest::WaitUntil(std::function<bool()> done, std::chrono::milliseconds timeout) {
+  return Run(
+      [](std::function<bool()> done, std::chrono::milliseconds timeout) -> asio::awaitable<bool> {
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        while (!done()) {
+          if (std::chrono::steady_clock::now() >= deadline) co_return false;
+          t.expires_after(50ms);
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        co_return true;
+      }(std::move(done), timeout),
+      std::chrono::duration_cast<std::chrono::seconds>(timeout) + 30s);
+}
+
 void GuestTest::AbandonGuests() {
   if (manager_)
     for (const auto& sb : manager_->List())

@@ -9,6 +9,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,9 @@ class GuestTest : public ::testing::Test {
   }
   void RunVoid(boost::asio::awaitable<void> aw,
                std::chrono::seconds timeout = std::chrono::seconds(180));
+  // Runs the io_context until `done()` holds (checked every 50 ms) or `timeout` passes; returns
+  // whether it held. For state the manager changes in the background.
+  bool WaitUntil(std::function<bool()> done, std::chrono::milliseconds timeout);
 
   // Creates a sandbox and, unless told not to, waits until its browser's pages are fresh
   // (SandboxManager::WaitBrowserFresh), as every client that reaches a page does.

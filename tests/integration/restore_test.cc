@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <boost/asio/read.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
 #include <fstream>
@@ -252,15 +250,8 @@ TEST_F(RestoreTest, KilledQemuIsDetectedAndCleanedUp) {
   ASSERT_TRUE(sb);
   std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
   ASSERT_EQ(::kill(sb->qemu_pid, SIGKILL), 0);
-  bool failed = Run([&]() -> asio::awaitable<bool> {
-    for (int i = 0; i < 100; ++i) {
-      if (sb->state == vmhost::SandboxState::kFailed && !std::filesystem::exists(slot_dir)) co_return true;
-      asio::steady_timer t(*io_);
-      t.expires_after(50ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    co_return false;
-  }());
+  bool failed = WaitUntil(
+      [&] { return sb->state == vmhost::SandboxState::kFailed && !std::filesystem::exists(slot_dir); }, 5s);
   EXPECT_TRUE(failed) << "state is " << vmhost::ToString(sb->state);
   EXPECT_NE(sb->failure.find("QEMU exited"), std::string::npos) << sb->failure;
   EXPECT_TRUE(Netns(env_.netns_prefix).empty());
@@ -397,17 +388,7 @@ TEST_F(WarmPoolTest, ShutdownDuringARefillDoesNotWaitForTheRefillTimer) {
   auto warm = CreateOrDie();
   ASSERT_TRUE(warm);
   // The refill takes the pre-started QEMU to restore the next warm one: it is mid-step.
-  bool started = Run(
-      [](vmhost::SandboxManager* m) -> asio::awaitable<bool> {
-        asio::steady_timer t(co_await asio::this_coro::executor);
-        for (int i = 0; i < 300 && m->Stats().prestarted != 0; ++i) {
-          t.expires_after(100ms);
-          co_await t.async_wait(asio::use_awaitable);
-        }
-        co_return m->Stats().prestarted == 0;
-      }(manager_.get()),
-      60s);
-  ASSERT_TRUE(started) << "the refill did not start";
+  ASSERT_TRUE(WaitUntil([&] { return manager_->Stats().prestarted == 0; }, 30s)) << "the refill did not start";
   auto t0 = std::chrono::steady_clock::now();
   RunVoid(manager_->Shutdown(), 120s);
   auto took = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t0);
