@@ -121,7 +121,7 @@ TEST(QemuCommand, CpuModels) {
   auto argv = BuildQemuArgv(s);
   auto it = std::find(argv.begin(), argv.end(), "-cpu");
   ASSERT_NE(it, argv.end());
-  EXPECT_EQ(*std::next(it), "Nehalem,+rdrand");
+  EXPECT_EQ(*std::next(it), "Nehalem,+rdrand,+arat");
 }
 
 TEST(QemuCommand, HostTscRateIsMeasuredOnceAndPlausible) {

@@ -20,8 +20,10 @@ struct BootFiles {
 // Nehalem (SSE4.2, no AVX: cheap under TCG) with RDRAND, which TCG emulates from the host's
 // getrandom(). BoringSSL mixes RDRAND into every RAND_bytes call on Intel CPUs that have it, so
 // Chromium's processes restored from one snapshot draw different random bytes at once
-// (docs/guest.md, "Random state after restore").
-inline constexpr std::string_view kDefaultCpuModel = "Nehalem,+rdrand";
+// (docs/guest.md, "Random state after restore"). ARAT (the APIC timer keeps running in idle)
+// lets the guest kernel stop its tick while idle; without it an idle guest took 250 timer
+// interrupts a second per vCPU (docs/guest.md, "The idle guest does not tick").
+inline constexpr std::string_view kDefaultCpuModel = "Nehalem,+rdrand,+arat";
 
 // TCG's translation cache, per QEMU. A restore's browser refresh (a new renderer) translates
 // ~280 MiB of host code: with 64 MiB the cache was flushed 11 times in one restore and every
