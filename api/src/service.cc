@@ -1333,6 +1333,10 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
                    {"pool=\"prestarted\"", static_cast<double>(st.prestarted)},
                    {"pool=\"netns\"", static_cast<double>(st.netns_ready)}};
   g["deskbox_free_slots"] = {"Network slots not in use.", {{"", static_cast<double>(st.free_slots)}}};
+  auto& refreshes = g["deskbox_browser_refreshes"];
+  refreshes.help = "Browser refreshes after hand-outs: running, and waiting for a turn.";
+  refreshes.samples = {{"state=\"running\"", static_cast<double>(st.refreshes_running)},
+                       {"state=\"waiting\"", static_cast<double>(st.refreshes_waiting)}};
   auto es = events_.stats();
   g["deskbox_events_written"] = {"Events appended to sandbox logs since start.", {{"", static_cast<double>(es.written)}}};
   g["deskbox_events_dropped"] = {"Events dropped (queue full, invalid, too large) since start.",

@@ -30,6 +30,20 @@ TEST(ConfigTest, TranslationCacheSize) {
   }
 }
 
+TEST(ConfigTest, BrowserRefreshesAtOnce) {
+  auto c = ParseConfig({}, {});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.browser_refreshes, 0u);  // the manager works it out from the host's CPUs
+  c = ParseConfig({"--browser-refreshes", "3"}, {{"DESKBOX_BROWSER_REFRESHES", "8"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.browser_refreshes, 3u);
+  for (const char* bad : {"257", "-1", "two", ""}) {
+    auto r = ParseConfig({}, {{"DESKBOX_BROWSER_REFRESHES", bad}});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().find("DESKBOX_BROWSER_REFRESHES"), std::string::npos) << r.error();
+  }
+}
+
 TEST(ConfigTest, FlagsWinOverEnvironment) {
   auto c = ParseConfig({"--listen", "127.0.0.2:9000", "--warm-pool=3"},
                        {{"DESKBOX_LISTEN", "127.0.0.1:1"}, {"DESKBOX_WARM_POOL", "2"}, {"DESKBOX_MAX_SANDBOXES", "4"}});
@@ -70,7 +84,7 @@ TEST(ConfigTest, UsageListsEverySetting) {
   std::string u = Usage();
   for (const char* s : {"DESKBOX_LISTEN", "DESKBOX_STATE_DIR", "DESKBOX_CACHE_DIR", "DESKBOX_API_KEY",
                         "DESKBOX_MAX_SANDBOXES", "DESKBOX_CREATES_PER_SECOND", "DESKBOX_WARM_POOL",
-                        "DESKBOX_TB_SIZE_MIB"})
+                        "DESKBOX_TB_SIZE_MIB", "DESKBOX_BROWSER_REFRESHES"})
     EXPECT_NE(u.find(s), std::string::npos) << s;
 }
 

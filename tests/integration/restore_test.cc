@@ -397,6 +397,52 @@ TEST_F(WarmPoolTest, ShutdownDuringARefillDoesNotWaitForTheRefillTimer) {
   EXPECT_TRUE(Netns(env_.netns_prefix).empty());
 }
 
+class RefreshTurnTest : public GuestTest {
+ protected:
+  vmhost::VmHostConfig Config() override {
+    auto c = GuestTest::Config();
+    c.max_concurrent_refreshes = 1;
+    return c;
+  }
+};
+
+// Browser refreshes after hand-outs take turns: under emulation each is seconds of CPU, and 16
+// run at once all outlasted their deadlines. The rest wait (still refreshing, behind the gate),
+// in order; a destroyed one gives up its turn at once, and a shutdown does not wait for the line.
+TEST_F(RefreshTurnTest, BrowserRefreshesTakeTurns) {
+  auto a = CreateOrDie(/*wait_browser=*/false);
+  auto b = CreateOrDie(/*wait_browser=*/false);
+  auto c = CreateOrDie(/*wait_browser=*/false);
+  ASSERT_TRUE(a && b && c);
+  auto st = manager_->Stats();
+  EXPECT_EQ(st.refreshes_running, 1u);
+  EXPECT_EQ(st.refreshes_waiting, 2u);
+  EXPECT_TRUE(a->browser_refreshing && b->browser_refreshing && c->browser_refreshing);
+  ASSERT_TRUE(Run(manager_->Destroy(c->id), 60s));
+  auto fresh_a = Run(manager_->WaitBrowserFresh(a, 180s), 200s);
+  ASSERT_TRUE(fresh_a) << fresh_a.error().message;
+  EXPECT_TRUE(b->browser_refreshing) << "the second refresh ended with the first";
+  auto fresh_b = Run(manager_->WaitBrowserFresh(b, 180s), 200s);
+  ASSERT_TRUE(fresh_b) << fresh_b.error().message;
+  EXPECT_EQ(CdpEvaluate(*b, "1 + 1"), "2");
+  ASSERT_TRUE(WaitUntil([&] { return manager_->Stats().refreshes_running == 0; }, 30s))
+      << "the destroyed sandbox's turn was not given back";
+  EXPECT_EQ(manager_->Stats().refreshes_waiting, 0u);
+
+  // A shutdown with refreshes in line ends them all.
+  auto d = CreateOrDie(/*wait_browser=*/false);
+  auto e = CreateOrDie(/*wait_browser=*/false);
+  ASSERT_TRUE(d && e);
+  EXPECT_EQ(manager_->Stats().refreshes_waiting, 1u);
+  auto t0 = std::chrono::steady_clock::now();
+  RunVoid(manager_->Shutdown(), 120s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  auto end = manager_->Stats();
+  EXPECT_EQ(end.refreshes_running, 0u);
+  EXPECT_EQ(end.refreshes_waiting, 0u);
+  EXPECT_TRUE(Netns(env_.netns_prefix).empty());
+}
+
 class PrestartPoolTest : public GuestTest {
  protected:
   vmhost::VmHostConfig Config() override {

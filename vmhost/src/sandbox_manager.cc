@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "async_sleep.h"
 #include "common/log.h"
@@ -70,8 +71,12 @@ std::expected<void, VmError> SandboxManager::Load() {
   if (!m) return std::unexpected(VmError{VmError::Code::kNotFound, m.error().message});
   manifest_ = std::move(*m);
   accelerator_ = ResolveAcceleratorOnHost(config_.accelerator);
-  log::Info(kLog, "template {} ({} MiB, {} vCPU, -cpu {}), accelerator {}", config_.template_name,
-            manifest_.memory_mib(), manifest_.smp(), manifest_.cpu_model(), accelerator_);
+  refresh_limit_ = config_.max_concurrent_refreshes
+                       ? config_.max_concurrent_refreshes
+                       : std::max<size_t>(1, std::thread::hardware_concurrency() / std::max<uint32_t>(1, manifest_.smp()));
+  log::Info(kLog, "template {} ({} MiB, {} vCPU, -cpu {}), accelerator {}; {} browser refresh(es) at once",
+            config_.template_name, manifest_.memory_mib(), manifest_.smp(), manifest_.cpu_model(), accelerator_,
+            refresh_limit_);
   started_ = true;
   return {};
 }
@@ -620,8 +625,11 @@ void SandboxManager::RefreshInBackground(const std::shared_ptr<Sandbox>& sb) {
       executor_,
       [](SandboxManager* self, std::shared_ptr<Sandbox> sb, std::shared_ptr<bool> alive) -> asio::awaitable<void> {
         auto t0 = std::chrono::steady_clock::now();
+        co_await self->RefreshTurn();
+        if (!*alive) co_return;
         auto r = co_await self->RefreshBrowser(*sb);
         if (!*alive) co_return;
+        self->EndRefreshTurn();
         --self->client_restores_;
         if (!r && !self->shutting_down_ &&
             (sb->state == SandboxState::kRunning || sb->state == SandboxState::kPaused)) {
@@ -646,6 +654,26 @@ void SandboxManager::RefreshInBackground(const std::shared_ptr<Sandbox>& sb) {
         self->KickRefill();
       }(this, sb, alive_),
       asio::detached);
+}
+
+asio::awaitable<void> SandboxManager::RefreshTurn() {
+  if (refresh_turns_ < refresh_limit_ || shutting_down_) {
+    ++refresh_turns_;
+    co_return;
+  }
+  auto t = std::make_shared<asio::steady_timer>(executor_, asio::steady_timer::time_point::max());
+  refresh_queue_.push_back(t);
+  boost::system::error_code ec;
+  co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));  // woken with the turn
+}
+
+void SandboxManager::EndRefreshTurn() {
+  if (refresh_queue_.empty()) {
+    --refresh_turns_;
+    return;
+  }
+  refresh_queue_.front()->cancel();  // the turn passes on, the count stays
+  refresh_queue_.pop_front();
 }
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitBrowserFresh(std::shared_ptr<Sandbox> sb,
@@ -856,7 +884,8 @@ std::vector<std::shared_ptr<Sandbox>> SandboxManager::List() const {
 }
 
 PoolStats SandboxManager::Stats() const {
-  return {netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size()};
+  return {netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size(),
+          refresh_turns_,        refresh_queue_.size()};
 }
 
 asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds timeout) {
@@ -979,6 +1008,11 @@ asio::awaitable<void> SandboxManager::Shutdown(bool keep_sandboxes) {
     sandboxes_.clear();
   }
   for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
+  // Refreshes waiting for a turn all take one now: each ends at once on its stopped guest (or,
+  // for a kept sandbox, its closed agent).
+  refresh_turns_ += refresh_queue_.size();
+  for (auto& t : refresh_queue_) t->cancel();
+  refresh_queue_.clear();
   // A browser refresh still running after a hand-out ends once it sees its guest gone (or, for
   // a kept sandbox, its agent closed); it must not outlive the manager.
   for (int i = 0; i < 1200 && background_refreshes_ > 0; ++i) co_await Sleep(50ms);

@@ -51,6 +51,10 @@ struct VmHostConfig {
   uint32_t warm_pool = 1;
   std::chrono::milliseconds restore_timeout{30000};
   std::chrono::milliseconds ready_timeout{60000};
+  // Browser refreshes after hand-outs that run at once; the rest wait their turn. 0: one per
+  // guest's worth of host CPUs (host CPUs / the template's vCPUs, at least 1). Under emulation a
+  // refresh is seconds of CPU; run all at once, 16 of them outlasted their deadlines.
+  uint32_t max_concurrent_refreshes = 0;
 };
 
 inline constexpr const char* kGuestIPv4 = "10.88.0.2";
@@ -106,6 +110,7 @@ using BrowserObserver = std::function<void(const Sandbox&)>;
 
 struct PoolStats {
   size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
+  size_t refreshes_running = 0, refreshes_waiting = 0;  // browser refreshes after hand-outs
 };
 
 class SandboxManager {
@@ -182,6 +187,10 @@ class SandboxManager {
   // RefreshBrowser for a sandbox already handed out: marks it refreshing, wakes its waiters when
   // done, and fails the sandbox if the refresh fails.
   void RefreshInBackground(const std::shared_ptr<Sandbox>& sb);
+  // A turn to run a browser refresh (at most refresh_limit_ at once, first come first served);
+  // EndRefreshTurn hands it to the next in line.
+  boost::asio::awaitable<void> RefreshTurn();
+  void EndRefreshTurn();
   // One HTTP request to the guest browser's DevTools server, through the sandbox's netns: the
   // body of a 200 answer.
   boost::asio::awaitable<std::expected<std::string, VmError>> GuestHttp(uint32_t slot, const std::string& method,
@@ -227,6 +236,9 @@ class SandboxManager {
   BrowserObserver browser_observer_;
   size_t client_restores_ = 0;  // creates restoring for a waiting client (refills hold back)
   size_t background_refreshes_ = 0;  // RefreshInBackground coroutines running
+  size_t refresh_limit_ = 1;
+  size_t refresh_turns_ = 0;  // refreshes holding a turn
+  std::deque<std::shared_ptr<boost::asio::steady_timer>> refresh_queue_;  // waiting for one
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
