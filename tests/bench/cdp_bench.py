@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runtime.evaluate("1") round trips on one page session: through deskboxd's CDP proxy, and
 directly to the guest's Chromium from inside the sandbox's network namespace (the baseline), in
-the same run, alternating; plus connectOverCDP time from call to ready through the proxy.
+the same run, alternating; and connectOverCDP from call to ready, both ways, alternating.
 
-  cdp_bench.py [--calls N] [--rounds N]   (default 1000 calls, 3 rounds per side)
+  cdp_bench.py [--calls N] [--rounds N] [--connects N]
+      (default 1000 calls, 3 rounds and 5 connectOverCDP runs per side)
 """
 
 import argparse
@@ -32,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connects", type=int, default=5, help="connectOverCDP runs per side")
     ap.add_argument("--busy-host", action="store_true",
                     help="do not wait for an idle host between runs (the sides still alternate)")
     args = ap.parse_args()
@@ -56,8 +58,13 @@ def main():
             proxy_p50.append(p["p50"])
             print(f"round {rnd + 1}: direct p50 {d['p50']:.3f} ms p90 {d['p90']:.3f} | "
                   f"proxy p50 {p['p50']:.3f} ms p90 {p['p90']:.3f}", flush=True)
-        connects = []
-        for _ in range(3):
+        # connectOverCDP, alternating: straight to the guest from inside the netns (the
+        # baseline), then through deskboxd.
+        connects, direct_connects = [], []
+        for _ in range(args.connects):
+            quiet()
+            r = node(["playwright", "http://10.88.0.2:9222"], netns=netns)
+            direct_connects.append(r["connectMs"])
             quiet()
             r = node(["playwright", f"{dbx.url}/v1/sandboxes/{sid}/cdp", f"Bearer {token}"])
             connects.append(r["connectMs"])
@@ -67,7 +74,11 @@ def main():
         print(f"  direct from the netns (baseline) p50 {dp:.3f} ms")
         print(f"  through deskboxd                 p50 {pp:.3f} ms")
         print(f"  ratio proxy / direct             {pp / dp:.3f}x   (target: <= 1.1x)")
-        print(f"connectOverCDP through deskboxd, call to ready: p50 {pct(connects, 0.5):.0f} ms ({connects})")
+        cd, cp = pct(direct_connects, 0.5), pct(connects, 0.5)
+        print(f"connectOverCDP, call to ready, {args.connects} runs per side")
+        print(f"  direct from the netns (baseline) p50 {cd:.0f} ms ({direct_connects})")
+        print(f"  through deskboxd                 p50 {cp:.0f} ms ({connects})")
+        print(f"  ratio proxy / direct             {cp / cd:.3f}x")
         dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
 
 
