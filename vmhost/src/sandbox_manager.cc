@@ -884,8 +884,10 @@ std::vector<std::shared_ptr<Sandbox>> SandboxManager::List() const {
 }
 
 PoolStats SandboxManager::Stats() const {
-  return {netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size(),
-          refresh_turns_,        refresh_queue_.size()};
+  PoolStats s{netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size()};
+  s.refreshes_running = refresh_turns_;
+  s.refreshes_waiting = refresh_queue_.size();
+  return s;
 }
 
 asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds timeout) {
