@@ -23,11 +23,6 @@ TEST(ConfigTest, TranslationCacheSize) {
   c = ParseConfig({}, {{"DESKBOX_TB_SIZE_MIB", "1024"}});
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->config.tb_size_mib, 1024u);
-  for (const char* bad : {"15", "2049", "64M", ""}) {
-    auto r = ParseConfig({}, {{"DESKBOX_TB_SIZE_MIB", bad}});
-    ASSERT_FALSE(r) << bad;
-    EXPECT_NE(r.error().find("DESKBOX_TB_SIZE_MIB"), std::string::npos) << r.error();
-  }
 }
 
 TEST(ConfigTest, BrowserRefreshesAtOnce) {
@@ -37,11 +32,6 @@ TEST(ConfigTest, BrowserRefreshesAtOnce) {
   c = ParseConfig({"--browser-refreshes", "3"}, {{"DESKBOX_BROWSER_REFRESHES", "8"}});
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->config.browser_refreshes, 3u);
-  for (const char* bad : {"257", "-1", "two", ""}) {
-    auto r = ParseConfig({}, {{"DESKBOX_BROWSER_REFRESHES", bad}});
-    ASSERT_FALSE(r) << bad;
-    EXPECT_NE(r.error().find("DESKBOX_BROWSER_REFRESHES"), std::string::npos) << r.error();
-  }
 }
 
 TEST(ConfigTest, FlagsWinOverEnvironment) {
@@ -68,6 +58,14 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
       {{}, {{"DESKBOX_MAX_SANDBOXES", "0"}}, "DESKBOX_MAX_SANDBOXES"},
       {{}, {{"DESKBOX_MAX_SANDBOXES", "12abc"}}, "DESKBOX_MAX_SANDBOXES"},
       {{}, {{"DESKBOX_CREATES_PER_SECOND", "nan"}}, "DESKBOX_CREATES_PER_SECOND"},
+      {{}, {{"DESKBOX_TB_SIZE_MIB", "15"}}, "DESKBOX_TB_SIZE_MIB"},
+      {{}, {{"DESKBOX_TB_SIZE_MIB", "2049"}}, "DESKBOX_TB_SIZE_MIB"},
+      {{}, {{"DESKBOX_TB_SIZE_MIB", "64M"}}, "DESKBOX_TB_SIZE_MIB"},
+      {{}, {{"DESKBOX_TB_SIZE_MIB", ""}}, "DESKBOX_TB_SIZE_MIB"},
+      {{}, {{"DESKBOX_BROWSER_REFRESHES", "257"}}, "DESKBOX_BROWSER_REFRESHES"},
+      {{}, {{"DESKBOX_BROWSER_REFRESHES", "-1"}}, "DESKBOX_BROWSER_REFRESHES"},
+      {{}, {{"DESKBOX_BROWSER_REFRESHES", "two"}}, "DESKBOX_BROWSER_REFRESHES"},
+      {{}, {{"DESKBOX_BROWSER_REFRESHES", ""}}, "DESKBOX_BROWSER_REFRESHES"},
       {{"--accel", "xen"}, {}, "--accel"},
       {{"--template", "../etc"}, {}, "--template"},
       {{"--warm-pool"}, {}, "--warm-pool"},

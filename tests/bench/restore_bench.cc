@@ -376,13 +376,14 @@ int Bench(int argc, char** argv) {
     alive.push_back(**sb);
   }
   size_t created = alive.size();
-  std::erase_if(alive, [&](const std::shared_ptr<vmhost::Sandbox>& s) {  // idle: after the reload a create starts
-    // Refreshes take turns, so the last of N waits for the N-1 before it.
+  // Idle means after the reload that a non-warm create starts. Reloads take turns, so the last of
+  // N waits for the N-1 before it; a sandbox that failed meanwhile is not measured.
+  std::erase_if(alive, [&](const std::shared_ptr<vmhost::Sandbox>& s) {
     auto f = host.Run(m.WaitBrowserFresh(s, std::chrono::seconds(180 + 30 * created)), std::chrono::seconds(200 + 30 * created));
     if (f && *f) return false;
     std::fprintf(stderr, "  alive: sandbox in slot %u did not reload its pages: %s\n", s->slot,
                  f ? f->error().message.c_str() : "timeout");
-    return s->state != vmhost::SandboxState::kRunning;  // a failed one is not measured
+    return s->state != vmhost::SandboxState::kRunning;
   });
   if (!alive.empty()) std::this_thread::sleep_for(quick ? 15s : 30s);
   std::vector<double> cpu0;

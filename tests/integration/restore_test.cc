@@ -408,7 +408,8 @@ class RefreshTurnTest : public GuestTest {
 
 // Browser refreshes after hand-outs take turns: under emulation each is seconds of CPU, and 16
 // run at once all outlasted their deadlines. The rest wait (still refreshing, behind the gate),
-// in order; a destroyed one gives up its turn at once, and a shutdown does not wait for the line.
+// in order; one destroyed while it waits passes its turn on the moment it gets it, and a shutdown
+// does not wait for the line.
 TEST_F(RefreshTurnTest, BrowserRefreshesTakeTurns) {
   auto a = CreateOrDie(/*wait_browser=*/false);
   auto b = CreateOrDie(/*wait_browser=*/false);
