@@ -25,6 +25,18 @@ TEST(ConfigTest, TranslationCacheSize) {
   EXPECT_EQ(c->config.tb_size_mib, 1024u);
 }
 
+TEST(ConfigTest, IdleTrimDelay) {
+  auto c = ParseConfig({}, {});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_idle_after_s, 30u);
+  c = ParseConfig({"--trim-idle-after", "0"}, {{"DESKBOX_TRIM_IDLE_AFTER_S", "120"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_idle_after_s, 0u);
+  c = ParseConfig({}, {{"DESKBOX_TRIM_IDLE_AFTER_S", "120"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_idle_after_s, 120u);
+}
+
 TEST(ConfigTest, BrowserRefreshesAtOnce) {
   auto c = ParseConfig({}, {});
   ASSERT_TRUE(c) << c.error();
@@ -66,6 +78,8 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
       {{}, {{"DESKBOX_BROWSER_REFRESHES", "-1"}}, "DESKBOX_BROWSER_REFRESHES"},
       {{}, {{"DESKBOX_BROWSER_REFRESHES", "two"}}, "DESKBOX_BROWSER_REFRESHES"},
       {{}, {{"DESKBOX_BROWSER_REFRESHES", ""}}, "DESKBOX_BROWSER_REFRESHES"},
+      {{}, {{"DESKBOX_TRIM_IDLE_AFTER_S", "86401"}}, "DESKBOX_TRIM_IDLE_AFTER_S"},
+      {{}, {{"DESKBOX_TRIM_IDLE_AFTER_S", "30s"}}, "DESKBOX_TRIM_IDLE_AFTER_S"},
       {{"--accel", "xen"}, {}, "--accel"},
       {{"--template", "../etc"}, {}, "--template"},
       {{"--warm-pool"}, {}, "--warm-pool"},
@@ -82,7 +96,7 @@ TEST(ConfigTest, UsageListsEverySetting) {
   std::string u = Usage();
   for (const char* s : {"DESKBOX_LISTEN", "DESKBOX_STATE_DIR", "DESKBOX_CACHE_DIR", "DESKBOX_API_KEY",
                         "DESKBOX_MAX_SANDBOXES", "DESKBOX_CREATES_PER_SECOND", "DESKBOX_WARM_POOL",
-                        "DESKBOX_TB_SIZE_MIB", "DESKBOX_BROWSER_REFRESHES"})
+                        "DESKBOX_TB_SIZE_MIB", "DESKBOX_BROWSER_REFRESHES", "DESKBOX_TRIM_IDLE_AFTER_S"})
     EXPECT_NE(u.find(s), std::string::npos) << s;
 }
 

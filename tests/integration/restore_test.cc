@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
+
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <filesystem>
@@ -281,6 +283,84 @@ TEST_F(RestoreTest, PauseAndResumeKeepTheDesktop) {
   EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
   std::string list = CdpHttp(*sb, "GET", "/json/list");
   EXPECT_NE(list.find("\"kept\""), std::string::npos);
+}
+
+// KiB in memory of a QEMU's file-backed translation cache (the unnamed file in its slot
+// directory), and whether it has one: from /proc/PID/smaps.
+std::pair<bool, uint64_t> CacheResidentKib(pid_t pid, const std::string& slot_dir) {
+  std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
+  std::string line;
+  bool found = false, in = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ')) {
+      in = line.find(slot_dir + "/#") != std::string::npos && line.ends_with("(deleted)");
+      found = found || in;
+    } else if (in && line.starts_with("Rss:")) {
+      kib += std::strtoull(line.c_str() + 4, nullptr, 10);
+    }
+  }
+  return {found, kib};
+}
+
+TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
+  auto [file_backed, resident] = CacheResidentKib(sb->qemu_pid, slot_dir);
+  ASSERT_TRUE(file_backed) << "the translation cache of a restore under TCG is not the slot's unnamed file";
+  // The browser's reload after the restore filled it (hundreds of MiB under TCG).
+  EXPECT_GT(resident, 64u << 10);
+  auto t = Run(manager_->TrimTranslationCache(sb->id));
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_TRUE(t->file_backed);
+  EXPECT_GT(t->resident_before_kib, 64u << 10);
+  EXPECT_LT(t->resident_after_kib, t->resident_before_kib / 4)
+      << t->resident_before_kib << " KiB before, " << t->resident_after_kib << " after";
+  // The guest runs on: its code comes back from the file as it runs it.
+  EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
+  EXPECT_EQ(Exec(*sb, "echo trimmed"), "trimmed\n");
+  auto banner = Run([&]() -> asio::awaitable<std::string> {
+    auto s = co_await manager_->ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
+    if (!s) co_return "connect failed: " + s.error().message;
+    std::string b(12, '\0');
+    co_await asio::async_read(*s, asio::buffer(b), asio::use_awaitable);
+    co_return b;
+  }());
+  EXPECT_EQ(banner, "RFB 003.008\n");
+  // Only what the guest ran again is back, not the whole cache.
+  auto [still, after_use] = CacheResidentKib(sb->qemu_pid, slot_dir);
+  EXPECT_TRUE(still);
+  EXPECT_LT(after_use, t->resident_before_kib) << "the whole cache came back";
+  // A sandbox that is not there, or not running, is refused.
+  auto none = Run(manager_->TrimTranslationCache("sb-none"));
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, vmhost::VmError::Code::kNotFound);
+  ASSERT_TRUE(Run(manager_->Destroy(sb->id)));
+  EXPECT_FALSE(std::filesystem::exists(slot_dir)) << "slot files left behind";
+}
+
+// An idle sandbox gives its translation cache back by itself.
+class IdleTrimTest : public GuestTest {
+ protected:
+  vmhost::VmHostConfig Config() override {
+    auto c = GuestTest::Config();
+    c.trim_idle_after = 5s;
+    c.trim_idle_cpu = 0.5;  // idle guests use a few % of a core; a loaded CI host may double it
+    return c;
+  }
+};
+
+TEST_F(IdleTrimTest, IdleSandboxTrimsItsTranslationCache) {
+  auto sb = CreateOrDie();
+  ASSERT_TRUE(sb);
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
+  ASSERT_TRUE(WaitUntil([&] { return sb->trims > 0; }, 120s)) << "an idle sandbox was never trimmed";
+  auto [file_backed, resident] = CacheResidentKib(sb->qemu_pid, slot_dir);
+  EXPECT_TRUE(file_backed);
+  // Right after the trim it refills only with what the idle desktop runs (tens of MiB).
+  EXPECT_LT(resident, 160u << 10) << resident << " KiB of translation cache in memory after an idle trim";
+  EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
 }
 
 class CorruptTemplateTest : public GuestTest {

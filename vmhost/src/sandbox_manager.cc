@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "async_sleep.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "common/sha256.h"
 #include "vmhost/qemu_command.h"
@@ -63,6 +65,8 @@ std::expected<void, VmError> SandboxManager::Start() {
   if (!l) return l;
   refill_started_ = true;
   asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
+  if (accelerator_ == "tcg" && config_.trim_idle_after.count() > 0)
+    asio::co_spawn(executor_, TrimLoop(alive_), asio::detached);
   return {};
 }
 
@@ -178,6 +182,8 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
   }
   refill_started_ = true;
   asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
+  if (accelerator_ == "tcg" && config_.trim_idle_after.count() > 0)
+    asio::co_spawn(executor_, TrimLoop(alive_), asio::detached);
   co_return results;
 }
 
@@ -899,6 +905,82 @@ asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds ti
     co_await Sleep(20ms);
   }
   co_return false;
+}
+
+asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox& sb) {
+  jailer::v1::Request req;
+  req.mutable_trim_translation_cache()->set_slot(sb.slot);
+  auto r = co_await CallJailer(jailer_, std::move(req));
+  if (!r) co_return std::unexpected(r.error());
+  const auto& t = r->response.trim();
+  ++sb.trims;
+  sb.trimmed = true;
+  co_return TrimStats{t.file_backed(), t.resident_before_kib(), t.resident_after_kib()};
+}
+
+asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::TrimTranslationCache(const std::string& id) {
+  auto sb = Find(id);
+  if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+  if (sb->state != SandboxState::kRunning && sb->state != SandboxState::kPaused)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is {}", id, ToString(sb->state))});
+  co_return co_await Trim(*sb);
+}
+
+namespace {
+// utime + stime of a process, in seconds; negative if it cannot be read.
+double ProcessCpuSeconds(int pid) {
+  auto s = ReadFile(fmt::format("/proc/{}/stat", pid), 4096);
+  if (!s) return -1;
+  size_t close = s->rfind(')');
+  if (close == std::string::npos) return -1;
+  // Fields after the command: state is the 1st, utime the 12th, stime the 13th.
+  std::istringstream in(s->substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 1; i <= 13 && in >> field; ++i)
+    if (i >= 12) ticks += std::strtod(field.c_str(), nullptr);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+}  // namespace
+
+asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
+  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::seconds(5), config_.trim_idle_after);
+  while (true) {
+    co_await Sleep(tick);
+    if (!*alive || shutting_down_) co_return;
+    std::vector<std::shared_ptr<Sandbox>> candidates(warm_.begin(), warm_.end());
+    for (auto& [id, sb] : sandboxes_) candidates.push_back(sb);
+    auto now = std::chrono::steady_clock::now();
+    for (auto& sb : candidates) {
+      if (sb->state != SandboxState::kRunning || sb->qemu_pid <= 0) continue;
+      double cpu = ProcessCpuSeconds(sb->qemu_pid);
+      if (cpu < 0) continue;
+      double last = sb->cpu_seconds;
+      double secs = std::chrono::duration<double>(now - sb->cpu_at).count();
+      sb->cpu_seconds = cpu;
+      sb->cpu_at = now;
+      if (last < 0 || secs <= 0) {
+        sb->idle_since = now;
+        continue;
+      }
+      // A browser reloading its pages is busy whatever the CPU says: it is about to run code.
+      if (sb->browser_refreshing || (cpu - last) / secs >= config_.trim_idle_cpu) {
+        sb->idle_since = now;
+        sb->trimmed = false;
+        continue;
+      }
+      if (sb->trimmed || now - sb->idle_since < config_.trim_idle_after) continue;
+      auto r = co_await Trim(*sb);
+      if (!*alive) co_return;
+      if (!r) {
+        log::Warn(kLog, "slot {}: trimming its translation cache: {}", sb->slot, r.error().message);
+        sb->trimmed = true;  // not again until it has been busy
+      } else if (r->file_backed) {
+        log::Debug(kLog, "slot {}: idle, translation cache {} -> {} MiB in memory", sb->slot,
+                   r->resident_before_kib >> 10, r->resident_after_kib >> 10);
+      }
+    }
+  }
 }
 
 asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
