@@ -80,6 +80,18 @@ TEST(QemuCommand, AcceleratorFlags) {
   EXPECT_EQ(ValueAfter(BuildQemuArgv(s), "-accel"), "kvm");
 }
 
+TEST(QemuCommand, TrimPluginIsLoadedWithTheCacheSizeUnderTcgOnly) {
+  QemuSpec s = Base();
+  s.accelerator = "tcg";
+  s.tb_size_mib = 64;
+  EXPECT_FALSE(Has(BuildQemuArgv(s), "-plugin"));
+  s.tcg_trim_plugin = "/p/libdeskbox-tcgtrim.so";
+  EXPECT_EQ(ValueAfter(BuildQemuArgv(s), "-plugin"),
+            "file=/p/libdeskbox-tcgtrim.so,bytes=67108864");
+  s.accelerator = "kvm";
+  EXPECT_FALSE(Has(BuildQemuArgv(s), "-plugin")) << "KVM has no translation cache";
+}
+
 TEST(QemuCommand, ResolveAccelerator) {
   std::string with_vmx = "processor : 0\nflags : fpu vme sse2 vmx ept\n";
   std::string without = "processor : 0\nflags : fpu vme sse2 hypervisor\n";

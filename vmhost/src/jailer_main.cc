@@ -15,16 +15,16 @@ void Usage() {
                "         [--client-uid UID] [--socket-gid GID] [--uid-base UID]\n"
                "         [--netns-prefix P] [--cgroup-name N] [--qemu PATH] [--no-seccomp]\n"
                "         [--sweep-on-exit] [--uplink-netns NAME]\n"
-               "         [--tcg-buffer-preload PATH | --no-tcg-buffer-file]\n";
+               "         [--tcg-trim-plugin PATH | --no-tcg-trim]\n";
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   deskbox::vmhost::JailerConfig config;
-  // Beside this binary in the build tree: bin/deskbox-jailer, preload/libdeskbox-tcgbuf.so.
-  config.tcg_buffer_preload = deskbox::vmhost::SelfDir() + "/../preload/libdeskbox-tcgbuf.so";
-  if (char* real = ::realpath(config.tcg_buffer_preload.c_str(), nullptr)) {
-    config.tcg_buffer_preload = real;
+  // Beside this binary in the build tree: bin/deskbox-jailer, qemu-plugins/libdeskbox-tcgtrim.so.
+  config.tcg_trim_plugin = deskbox::vmhost::SelfDir() + "/../qemu-plugins/libdeskbox-tcgtrim.so";
+  if (char* real = ::realpath(config.tcg_trim_plugin.c_str(), nullptr)) {
+    config.tcg_trim_plugin = real;
     std::free(real);
   }
   for (int i = 1; i < argc; ++i) {
@@ -57,8 +57,10 @@ int main(int argc, char** argv) {
     else if (a == "--no-seccomp") config.seccomp = false;
     else if (a == "--sweep-on-exit") config.sweep_on_exit = true;
     else if (a == "--uplink-netns") config.uplink_netns = next();
-    else if (a == "--tcg-buffer-preload") config.tcg_buffer_preload = next();
-    else if (a == "--no-tcg-buffer-file") config.tcg_buffer_preload.clear();
+    else if (a == "--tcg-trim-plugin")
+      config.tcg_trim_plugin = next();
+    else if (a == "--no-tcg-trim")
+      config.tcg_trim_plugin.clear();
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::cerr << "deskbox-jailer: unknown option " << a << "\n"; Usage(); return 2; }
   }

@@ -2,11 +2,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/netlink.h>
-#include <linux/netfilter/nfnetlink.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <linux/if.h>
 #include <linux/if_tun.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,12 +16,8 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
-#include <linux/magic.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
-#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -33,7 +30,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <thread>
 #include <vector>
 
@@ -456,17 +452,15 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Fail(errno, "pipe");
   UniqueFd err_r(err_pipe[0]), err_w(err_pipe[1]);
 
+  // A restore under TCG loads the plugin that lets an idle sandbox's translation cache be
+  // trimmed (TrimTranslationCache).
+  if (spec.incoming_defer && spec.accelerator == "tcg" && !config_.tcg_trim_plugin.empty()) {
+    spec.tcg_trim_plugin = config_.tcg_trim_plugin;
+    expose.push_back({std::filesystem::path(config_.tcg_trim_plugin).parent_path().string(), true});
+  }
   std::vector<std::string> argv = BuildQemuArgv(spec);
   log::Debug(kLog, "slot {}: {}", slot, JoinArgv(argv));
   std::vector<std::string> envs = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
-  // A restore's translation cache goes in a file in the slot directory, so that it can be
-  // trimmed when the sandbox idles (TrimTranslationCache).
-  if (spec.incoming_defer && spec.accelerator == "tcg" && !config_.tcg_buffer_preload.empty()) {
-    envs.push_back("LD_PRELOAD=" + config_.tcg_buffer_preload);
-    envs.push_back("DESKBOX_TCG_BUFFER_DIR=" + slot_dir);
-    envs.push_back(fmt::format("DESKBOX_TCG_BUFFER_BYTES={}", uint64_t{spec.tb_size_mib} << 20));
-    expose.push_back({std::filesystem::path(config_.tcg_buffer_preload).parent_path().string(), true});
-  }
   ChildPlan plan{netns.get(), tap->get(), log_fd.get(), err_w.get(), null_fd.get(), {}, &expose,
                  cgroups_->ProcsFiles(CgroupName(slot)), uid, {}, {}};
   plan.hide = {config_.cache_dir, config_.state_dir, "/tmp", "/var/tmp", "/dev/shm", "/run/netns",
@@ -722,44 +716,17 @@ JailerServer::Reply JailerServer::SetSlotPriority(const jailer::v1::SetSlotPrior
 
 namespace {
 
-// The mappings of a QEMU's file-backed translation cache: the unnamed file it made in its slot
-// directory ("<dir>/#<inode> (deleted)" in /proc/PID/maps), split into regions by QEMU.
-struct CacheMappings {
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-  std::string first;  // "start-end" of the first, for /proc/PID/map_files
+// KiB in memory of a QEMU's translation cache (its anonymous read/write/execute mappings, from
+// /proc/PID/smaps), and whether the trim plugin is loaded into it (mapped from `plugin`).
+struct CacheState {
+  bool plugin = false;
+  uint64_t resident_kib = 0;
 };
 
-CacheMappings FindCacheMappings(pid_t pid, const std::string& slot_dir) {
-  CacheMappings m;
-  auto maps = ReadFile(fmt::format("/proc/{}/maps", pid), 16 << 20);
-  if (!maps) return m;
-  const std::string prefix = slot_dir + "/#";
-  size_t pos = 0;
-  while (pos < maps->size()) {
-    size_t end = maps->find('\n', pos);
-    if (end == std::string::npos) end = maps->size();
-    std::string_view line(maps->data() + pos, end - pos);
-    pos = end + 1;
-    size_t path_at = line.find(prefix);
-    if (path_at == std::string_view::npos || !line.ends_with(" (deleted)")) continue;
-    std::string_view perms = line.substr(line.find(' ') + 1, 4);
-    if (perms.size() != 4 || perms[3] != 's') continue;
-    std::string range(line.substr(0, line.find(' ')));
-    size_t dash = range.find('-');
-    uintptr_t lo = std::strtoull(range.substr(0, dash).c_str(), nullptr, 16);
-    uintptr_t hi = std::strtoull(range.substr(dash + 1).c_str(), nullptr, 16);
-    if (hi <= lo) continue;
-    if (m.first.empty()) m.first = range;
-    m.ranges.emplace_back(lo, hi);
-  }
-  return m;
-}
-
-// KiB of the given mappings in memory (/proc/PID/smaps Rss).
-uint64_t ResidentKib(pid_t pid, const CacheMappings& m) {
+CacheState ReadCacheState(pid_t pid, const std::string& plugin) {
+  CacheState st;
   auto smaps = ReadFile(fmt::format("/proc/{}/smaps", pid), 64 << 20);
-  if (!smaps) return 0;
-  uint64_t kib = 0;
+  if (!smaps) return st;
   bool in = false;
   size_t pos = 0;
   while (pos < smaps->size()) {
@@ -768,14 +735,21 @@ uint64_t ResidentKib(pid_t pid, const CacheMappings& m) {
     std::string_view line(smaps->data() + pos, end - pos);
     pos = end + 1;
     if (line.starts_with("Rss:")) {
-      if (in) kib += std::strtoull(std::string(line.substr(4)).c_str(), nullptr, 10);
+      if (in) st.resident_kib += std::strtoull(std::string(line.substr(4)).c_str(), nullptr, 10);
     } else if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
                line.find('-') < line.find(' ')) {
-      uintptr_t lo = std::strtoull(std::string(line.substr(0, line.find('-'))).c_str(), nullptr, 16);
-      in = std::any_of(m.ranges.begin(), m.ranges.end(), [lo](auto& r) { return r.first == lo; });
+      // "start-end perms offset dev inode [path]"
+      size_t perms_at = line.find(' ') + 1;
+      std::string_view perms = line.substr(perms_at, 4);
+      size_t last_space = line.find_last_of(' ');
+      std::string_view tail = line.substr(last_space + 1);
+      bool anonymous =
+          tail.find('/') == std::string_view::npos && tail.find('[') == std::string_view::npos;
+      in = perms == "rwxp" && anonymous;
+      if (!plugin.empty() && line.ends_with(plugin)) st.plugin = true;
     }
   }
-  return kib;
+  return st;
 }
 
 }  // namespace
@@ -788,26 +762,15 @@ JailerServer::Reply JailerServer::TrimTranslationCache(const jailer::v1::TrimTra
   pid_t pid = it->second.qemu_pid;
   Reply reply = Ok();
   auto* result = reply.response.mutable_trim();
-  CacheMappings m = FindCacheMappings(pid, SlotDir(r.slot()));
-  if (m.ranges.empty()) return reply;  // anonymous cache (KVM, or no file): nothing to do
-  result->set_file_backed(true);
-  result->set_resident_before_kib(ResidentKib(pid, m));
-  // Dirty pages of a file are not dropped by MADV_PAGEOUT outside kswapd: write them back first.
-  UniqueFd file(::open(fmt::format("/proc/{}/map_files/{}", pid, m.first).c_str(), O_RDONLY | O_CLOEXEC));
-  if (!file) return Fail(errno, fmt::format("slot {}: opening its translation cache: {}", r.slot(), ErrnoString(errno)));
-  if (::fdatasync(file.get()) != 0)
-    return Fail(errno, fmt::format("slot {}: writing its translation cache back: {}", r.slot(), ErrnoString(errno)));
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd) return Fail(errno, fmt::format("slot {}: pidfd: {}", r.slot(), ErrnoString(errno)));
-  std::vector<iovec> iov;
-  for (auto& [lo, hi] : m.ranges) iov.push_back({reinterpret_cast<void*>(lo), hi - lo});
-  // At most UIO_MAXIOV (1024) ranges per call; QEMU makes one per region (tens).
-  for (size_t i = 0; i < iov.size(); i += 1024) {
-    size_t n = std::min<size_t>(1024, iov.size() - i);
-    if (::syscall(SYS_process_madvise, pidfd.get(), iov.data() + i, n, MADV_PAGEOUT, 0) < 0)
-      return Fail(errno, fmt::format("slot {}: paging its translation cache out: {}", r.slot(), ErrnoString(errno)));
-  }
-  result->set_resident_after_kib(ResidentKib(pid, m));
+  // Only a QEMU that loaded the plugin has a handler for the signal: to any other it is fatal.
+  CacheState st = ReadCacheState(pid, config_.tcg_trim_plugin);
+  result->set_resident_before_kib(st.resident_kib);
+  if (config_.tcg_trim_plugin.empty() || !st.plugin)
+    return reply;  // KVM, or no plugin: nothing to do
+  if (::kill(pid, SIGUSR2) != 0)
+    return Fail(errno,
+                fmt::format("slot {}: signalling its QEMU: {}", r.slot(), ErrnoString(errno)));
+  result->set_trimmable(true);
   return reply;
 }
 
@@ -915,16 +878,15 @@ int JailerServer::Run() {
     log::Error(kLog, "creating {}/slots: {}", config_.state_dir, ec.message());
     return 1;
   }
-  if (!config_.tcg_buffer_preload.empty()) {
-    struct statfs fs{};
-    if (::access(config_.tcg_buffer_preload.c_str(), R_OK) != 0) {
-      log::Warn(kLog, "{}: {}; translation caches stay anonymous (not trimmable)", config_.tcg_buffer_preload,
-                ErrnoString(errno));
-      config_.tcg_buffer_preload.clear();
-    } else if (::statfs(config_.state_dir.c_str(), &fs) == 0 &&
-               (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC)) {
-      log::Warn(kLog, "{} is in memory (tmpfs): translation caches stay anonymous (not trimmable)", config_.state_dir);
-      config_.tcg_buffer_preload.clear();
+  if (!config_.tcg_trim_plugin.empty()) {
+    if (::access(config_.tcg_trim_plugin.c_str(), R_OK) != 0) {
+      log::Warn(kLog, "{}: {}; idle sandboxes keep their translation cache",
+                config_.tcg_trim_plugin, ErrnoString(errno));
+      config_.tcg_trim_plugin.clear();
+    } else if (auto ok = CheckTcgTrimPlugin(config_.qemu_binary, config_.tcg_trim_plugin); !ok) {
+      log::Warn(kLog, "{} does not load {}: {}; idle sandboxes keep their translation cache",
+                config_.qemu_binary, config_.tcg_trim_plugin, ok.error());
+      config_.tcg_trim_plugin.clear();
     }
   }
   ::unlink(config_.socket_path.c_str());

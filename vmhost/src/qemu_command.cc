@@ -7,11 +7,13 @@
 #include <x86intrin.h>
 #endif
 
-#include <cmath>
-
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "common/files.h"
+#include "common/process.h"
 
 namespace deskbox::vmhost {
 
@@ -27,6 +29,9 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
     add({"-accel", "kvm"});
   } else {
     add({"-accel", fmt::format("tcg,tb-size={}", s.tb_size_mib)});
+    if (!s.tcg_trim_plugin.empty())
+      add({"-plugin",
+           fmt::format("file={},bytes={}", s.tcg_trim_plugin, uint64_t{s.tb_size_mib} << 20)});
   }
   add({"-cpu", s.cpu_model});
   add({"-smp", std::to_string(s.smp)});
@@ -60,6 +65,36 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
   }
   if (s.incoming_defer) add({"-incoming", "defer"});
   return a;
+}
+
+std::expected<void, std::string> CheckTcgTrimPlugin(const std::string& qemu_binary,
+                                                    const std::string& plugin) {
+  QemuSpec probe;
+  std::vector<std::string> argv = {
+      qemu_binary,
+      "-M",
+      "none",
+      "-accel",
+      fmt::format("tcg,tb-size={}", probe.tb_size_mib),
+      "-plugin",
+      fmt::format("file={},bytes={}", plugin, uint64_t{probe.tb_size_mib} << 20),
+      "-nodefaults",
+      "-no-user-config",
+      "-display",
+      "none",
+      "-qmp",
+      "stdio"};
+  auto r = RunCommand(argv, "{\"execute\": \"qmp_capabilities\"}\n{\"execute\": \"quit\"}\n",
+                      std::chrono::seconds(20));
+  if (!r) return std::unexpected(fmt::format("{}: {}", qemu_binary, std::strerror(r.error())));
+  if (!r->ok()) {
+    // QEMU's own words come last, after any QMP greeting.
+    std::string said = r->output.substr(r->output.size() > 400 ? r->output.size() - 400 : 0);
+    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+    return std::unexpected(r->timed_out ? fmt::format("{} did not quit within 20 s", qemu_binary)
+                                        : said);
+  }
+  return {};
 }
 
 bool IsValidCpuModel(std::string_view model) {

@@ -907,15 +907,24 @@ asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds ti
   co_return false;
 }
 
+namespace {
+// How long after a trim the guest's CPU does not count as busy: it is translating again the code
+// it runs (measured: under a second of CPU for an idle desktop).
+constexpr std::chrono::seconds kTrimSettle{10};
+
+}  // namespace
+
 asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox& sb) {
   jailer::v1::Request req;
   req.mutable_trim_translation_cache()->set_slot(sb.slot);
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) co_return std::unexpected(r.error());
   const auto& t = r->response.trim();
-  ++sb.trims;
+  if (t.trimmable()) ++sb.trims;
   sb.trimmed = true;
-  co_return TrimStats{t.file_backed(), t.resident_before_kib(), t.resident_after_kib()};
+  // The guest now translates again what it runs: that burst is the trim's, not the user's.
+  sb.trim_settles_at = std::chrono::steady_clock::now() + kTrimSettle;
+  co_return TrimStats{t.trimmable(), t.resident_before_kib()};
 }
 
 asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::TrimTranslationCache(const std::string& id) {
@@ -948,7 +957,9 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
   while (true) {
     co_await Sleep(tick);
     if (!*alive || shutting_down_) co_return;
-    std::vector<std::shared_ptr<Sandbox>> candidates(warm_.begin(), warm_.end());
+    // Not the warm pool's: a trimmed spare would be handed out with its code still to translate,
+    // which is what the warm pool is there to have done already.
+    std::vector<std::shared_ptr<Sandbox>> candidates;
     for (auto& [id, sb] : sandboxes_) candidates.push_back(sb);
     auto now = std::chrono::steady_clock::now();
     for (auto& sb : candidates) {
@@ -959,8 +970,8 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
       double secs = std::chrono::duration<double>(now - sb->cpu_at).count();
       sb->cpu_seconds = cpu;
       sb->cpu_at = now;
-      if (last < 0 || secs <= 0) {
-        sb->idle_since = now;
+      if (last < 0 || secs <= 0 || now < sb->trim_settles_at) {
+        if (!sb->trimmed) sb->idle_since = now;
         continue;
       }
       // A browser reloading its pages is busy whatever the CPU says: it is about to run code.
@@ -975,9 +986,9 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
       if (!r) {
         log::Warn(kLog, "slot {}: trimming its translation cache: {}", sb->slot, r.error().message);
         sb->trimmed = true;  // not again until it has been busy
-      } else if (r->file_backed) {
-        log::Debug(kLog, "slot {}: idle, translation cache {} -> {} MiB in memory", sb->slot,
-                   r->resident_before_kib >> 10, r->resident_after_kib >> 10);
+      } else if (r->trimmable) {
+        log::Debug(kLog, "slot {}: idle, trimming its translation cache ({} MiB in memory)",
+                   sb->slot, r->resident_before_kib >> 10);
       }
     }
   }

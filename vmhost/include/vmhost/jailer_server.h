@@ -31,10 +31,10 @@ struct JailerConfig {
   uint64_t memory_overhead_mib = 256;  // QEMU's own memory above guest RAM and the TCG cache
   uint32_t pids_max = 512;
   bool seccomp = true;
-  // Preloaded into restored QEMUs under TCG so that their translation cache is file-backed and
-  // can be trimmed (vmhost/src/tcg_buffer_preload.cc); empty: not used. Ignored when state_dir
-  // is on tmpfs, whose pages only swap could free.
-  std::string tcg_buffer_preload;
+  // The QEMU plugin loaded into restored QEMUs under TCG so that an idle sandbox's translation
+  // cache can be trimmed (vmhost/src/tcg_trim_plugin.cc); empty: not used. Checked at start:
+  // a plugin this QEMU will not load is dropped with a warning.
+  std::string tcg_trim_plugin;
   bool sweep_on_exit = false;
   // Network namespace (a name under /run/netns) that egress dials from; empty: the jailer's own.
   std::string uplink_netns;  // on SIGTERM/SIGINT destroy every slot with our prefix (tests)

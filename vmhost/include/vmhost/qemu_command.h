@@ -1,9 +1,11 @@
 #pragma once
-// Builds QEMU command lines for microvm sandboxes. Pure functions: unit-tested, and the only
-// place that knows QEMU's flags. The device list is identical for boot and restore (the
-// snapshot's device state must find the same devices); only the RAM backend's sharing, the
-// kernel (boot only: at restore the guest is already in RAM) and -incoming differ.
+// Builds QEMU command lines for microvm sandboxes. Pure functions (but CheckTcgTrimPlugin, which
+// runs QEMU once): unit-tested, and the only place that knows QEMU's flags. The device list is
+// identical for boot and restore (the snapshot's device state must find the same devices); only the
+// RAM backend's sharing, the kernel (boot only: at restore the guest is already in RAM) and
+// -incoming differ.
 #include <cstdint>
+#include <expected>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,12 +55,21 @@ struct QemuSpec {
   int tap_fd = 3;
   bool incoming_defer = false;
   bool seccomp = true;
+  // Under TCG: the plugin that trims an idle sandbox's translation cache
+  // (vmhost/src/tcg_trim_plugin.cc), loaded with the cache's size; empty: none.
+  std::string tcg_trim_plugin;
 };
 
 inline constexpr char kGuestMac[] = "52:54:00:de:5b:02";
 inline constexpr char kAgentPortName[] = "org.deskbox.agent";
 
 std::vector<std::string> BuildQemuArgv(const QemuSpec& spec);
+
+// Whether `qemu_binary` loads the translation-cache plugin (QEMU refuses a plugin built for
+// another plugin API, and would then refuse to start every sandbox): starts it once with no
+// machine and the plugin, and quits it over QMP. The error says what QEMU said.
+std::expected<void, std::string> CheckTcgTrimPlugin(const std::string& qemu_binary,
+                                                    const std::string& plugin);
 
 // "kvm" when the CPU has hardware virtualisation (vmx/svm in /proc/cpuinfo flags) and /dev/kvm
 // can be opened; "tcg" otherwise. `requested` may be "auto", "kvm" or "tcg".

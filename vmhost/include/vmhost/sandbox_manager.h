@@ -55,17 +55,20 @@ struct VmHostConfig {
   // guest's worth of host CPUs (host CPUs / the template's vCPUs, at least 1). Under emulation a
   // refresh is seconds of CPU; run all at once, 16 of them outlasted their deadlines.
   uint32_t max_concurrent_refreshes = 0;
-  // Under TCG an idle sandbox hands its translation cache (most of its QEMU's memory) back to
-  // the host: once its QEMU has used less than trim_idle_cpu of a core for trim_idle_after, and
-  // again after every busy spell (jailer.proto TrimTranslationCache). 0 s: never.
+  // Under TCG an idle handed-out sandbox hands its translation cache (most of its QEMU's memory)
+  // back to the host: once its QEMU has used less than trim_idle_cpu of a core for
+  // trim_idle_after, and again after every busy spell (jailer.proto TrimTranslationCache). 0 s:
+  // never.
   std::chrono::seconds trim_idle_after{30};
   double trim_idle_cpu = 0.15;
 };
 
-// What a translation-cache trim did (KiB of the cache in memory before and after).
+// What a translation-cache trim request found: whether the sandbox's QEMU can trim (it runs
+// the plugin), and KiB of its cache in memory when asked. The trim itself follows within
+// moments, when a vCPU next idles.
 struct TrimStats {
-  bool file_backed = false;
-  uint64_t resident_before_kib = 0, resident_after_kib = 0;
+  bool trimmable = false;
+  uint64_t resident_before_kib = 0;
 };
 
 inline constexpr const char* kGuestIPv4 = "10.88.0.2";
@@ -99,6 +102,7 @@ class Sandbox {
   bool trimmed = false;                        // since it last was busy
   double cpu_seconds = -1;                     // QEMU's CPU time at the last look
   std::chrono::steady_clock::time_point cpu_at, idle_since;
+  std::chrono::steady_clock::time_point trim_settles_at;  // its CPU does not count as busy before
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.
@@ -159,7 +163,8 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id);
   boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id);
   boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id);
-  // Drops the sandbox's translation cache from memory now (the idle trimming does it by itself).
+  // Asks the sandbox's QEMU to drop its translation cache from memory (done when a vCPU next
+  // idles, within moments on a desktop at rest; the idle trimming does it by itself).
   boost::asio::awaitable<std::expected<TrimStats, VmError>> TrimTranslationCache(const std::string& id);
   std::shared_ptr<Sandbox> Find(const std::string& id) const;
   std::vector<std::shared_ptr<Sandbox>> List() const;
@@ -230,7 +235,7 @@ class SandboxManager {
   boost::asio::awaitable<void> ReleaseSlot(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Transition(Sandbox& sb, SandboxState to);
   boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
-  // Trims the translation cache of sandboxes (warm pool included) that idle.
+  // Trims the translation cache of handed-out sandboxes that idle (not the warm pool's).
   boost::asio::awaitable<void> TrimLoop(std::shared_ptr<bool> alive);
   boost::asio::awaitable<std::expected<TrimStats, VmError>> Trim(Sandbox& sb);
   void WatchQemu(const std::shared_ptr<Sandbox>& sb);
