@@ -483,6 +483,17 @@ class Deskbox:
     def daemon_fd_count(self):
         return len(os.listdir(f"/proc/{self.daemon_pid}/fd"))
 
+    def daemon_fds(self):
+        """What deskboxd's open fds point at. deskboxd opens and closes files on its own (it reads
+        its QEMUs' /proc/PID/stat every few seconds), so an fd listed may be gone when read."""
+        targets = []
+        for n in os.listdir(f"/proc/{self.daemon_pid}/fd"):
+            try:
+                targets.append(os.readlink(f"/proc/{self.daemon_pid}/fd/{n}"))
+            except FileNotFoundError:
+                pass
+        return sorted(targets)
+
     def daemon_log_bytes(self):
         try:
             return self.daemon_log.read_bytes()

@@ -792,8 +792,12 @@ class SandboxTest(ApiTestCase):
         for i in range(5):
             st = dbx.follow(f"/v1/sandboxes/{s}/events?follow=1&since=0")
             self.assertEqual(st.status, 200)
-            st.next_line(timeout=10)
-            st.close()
+            try:
+                st.next_line(timeout=10)
+            except queue.Empty:
+                self.fail(f"follow {i + 1} of 5: no event within 10 s of the stream's head")
+            finally:
+                st.close()
         for i in range(5):
             sock = socket.create_connection(("127.0.0.1", dbx.port), timeout=10)
             sock.sendall(f"POST /v1/sandboxes/{s}/exec HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {dbx.key}\r\n"
@@ -809,7 +813,7 @@ class SandboxTest(ApiTestCase):
             if count <= baseline + 2:
                 break
             time.sleep(0.5)
-        fds = sorted(os.readlink(f"/proc/{dbx.daemon_pid}/fd/{n}") for n in os.listdir(f"/proc/{dbx.daemon_pid}/fd"))
+        fds = dbx.daemon_fds()
         self.assertLessEqual(count, baseline + 2,
                              f"deskboxd holds {count} fds, {baseline} before the burst of requests: {fds}")
         self.expect(dbx.get(f"/v1/sandboxes/{s}"), 200, "still serving")
