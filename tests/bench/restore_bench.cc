@@ -364,7 +364,11 @@ int Bench(int argc, char** argv) {
   if (!want("idle")) alive_target = 0;
 
   // Idle cost and how many stay alive: create them, let them settle, measure, then probe each.
-  vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), cfg);
+  // Then trim their translation caches (by hand, not after the idle delay, so that both
+  // measurements are of the same sandboxes), let them settle again, and measure again.
+  auto idle_cfg = cfg;
+  idle_cfg.trim_idle_after = 0s;
+  vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), idle_cfg);
   if (auto s = m.Start(); !s) Die(s.error().message);
   std::vector<std::shared_ptr<vmhost::Sandbox>> alive;  // empty unless "idle" is measured
   for (int i = 0; i < alive_target; ++i) {
@@ -386,19 +390,55 @@ int Bench(int argc, char** argv) {
     return s->state != vmhost::SandboxState::kRunning;
   });
   if (!alive.empty()) std::this_thread::sleep_for(quick ? 15s : 30s);
-  std::vector<double> cpu0;
-  for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
-  auto t0 = Clock::now();
-  if (!alive.empty()) std::this_thread::sleep_for(10s);
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  double pss_total = 0, cpu_total = 0, pss_code = 0, pss_ram = 0, ram_private = 0;
-  for (size_t i = 0; i < alive.size(); ++i) {
-    pss_total += PssKb(alive[i]->qemu_pid) / 1024.0;
-    auto parts = PssBreakdown(alive[i]->qemu_pid);
-    pss_code += parts.code / 1024.0;
-    pss_ram += parts.ram / 1024.0;
-    ram_private += parts.ram_private / 1024.0;
-    cpu_total += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
+  struct Idle {
+    double pss = 0, code = 0, ram = 0, ram_private = 0, cpu = 0;  // MiB and cores, per sandbox
+  };
+  // PSS split and CPU over 10 s, averaged over the sandboxes.
+  auto measure_idle = [&]() {
+    Idle r;
+    if (alive.empty()) return r;
+    std::vector<double> cpu0;
+    for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
+    auto t0 = Clock::now();
+    std::this_thread::sleep_for(10s);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t i = 0; i < alive.size(); ++i) {
+      r.pss += PssKb(alive[i]->qemu_pid) / 1024.0;
+      auto parts = PssBreakdown(alive[i]->qemu_pid);
+      r.code += parts.code / 1024.0;
+      r.ram += parts.ram / 1024.0;
+      r.ram_private += parts.ram_private / 1024.0;
+      r.cpu += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
+    }
+    double n = static_cast<double>(alive.size());
+    return Idle{r.pss / n, r.code / n, r.ram / n, r.ram_private / n, r.cpu / n};
+  };
+  // How long an idle sandbox takes to answer RFB and CDP again (the readiness probe of a create).
+  auto measure_wake = [&]() {
+    Series s;
+    for (auto& sb : alive) {
+      auto t0 = Clock::now();
+      auto ok = host.Run(m.WaitGuestServices(sb->slot, 30s), 40s);
+      if (ok && *ok) s.ms.push_back(Ms(Clock::now() - t0));
+    }
+    return s;
+  };
+  Idle untrimmed = measure_idle();
+  Series wake_untrimmed = measure_wake();
+  Idle trimmed;
+  Series wake_trimmed;
+  size_t trimmable = 0;
+  if (!alive.empty()) {
+    for (auto& sb : alive) {
+      auto t = host.Run(m.TrimTranslationCache(sb->id), 30s);
+      trimmable += t && *t && (*t)->trimmable;
+    }
+    // The trims happen as the vCPUs next idle; then the desktops translate again what they run.
+    std::this_thread::sleep_for(quick ? 15s : 30s);
+    trimmed = measure_idle();
+    for (auto& sb : alive) host.Run(m.TrimTranslationCache(sb->id), 30s);
+    std::this_thread::sleep_for(5s);
+    wake_trimmed = measure_wake();
   }
   int answering = 0;
   for (auto& s : alive) {
@@ -451,13 +491,28 @@ int Bench(int argc, char** argv) {
     for (size_t i = 0; i < ratios.size(); ++i) line += (i ? "; " : "") + ratios[i];
     std::printf("%s\n", line.c_str());
   }
-  if (n > 0)
-    std::printf("idle per sandbox (QEMU incl., %zu sandboxes): PSS %.0f MiB, CPU %.1f%% of a core\n", n,
-                pss_total / n, 100.0 * cpu_total / n);
-  if (n > 0)
-    std::printf("  of it: TCG translation cache %.0f MiB, guest RAM %.0f MiB (%.0f MiB written by the guest, the rest "
-                "shared with the other clones), QEMU and the rest %.0f MiB\n",
-                pss_code / n, pss_ram / n, ram_private / n, (pss_total - pss_code - pss_ram) / n);
+  auto print_idle = [&](const char* what, const Idle& i) {
+    std::printf(
+        "idle per sandbox, %s (QEMU incl., %zu sandboxes): PSS %.0f MiB, CPU %.1f%% of a core\n",
+        what, n, i.pss, 100.0 * i.cpu);
+    std::printf(
+        "  of it: TCG translation cache %.0f MiB, guest RAM %.0f MiB (%.0f MiB written by the "
+        "guest, the rest "
+        "shared with the other clones), QEMU and the rest %.0f MiB\n",
+        i.code, i.ram, i.ram_private, i.pss - i.code - i.ram);
+  };
+  if (n > 0) {
+    print_idle("translation cache as the desktop left it (baseline)", untrimmed);
+    print_idle("translation cache trimmed", trimmed);
+    std::printf(
+        "  trimmed %zu of %zu; PSS untrimmed / trimmed = %.2fx, translation cache %.0f -> %.0f "
+        "MiB\n",
+        trimmable, n, trimmed.pss > 0 ? untrimmed.pss / trimmed.pss : 0.0, untrimmed.code,
+        trimmed.code);
+    std::printf("%-34s %10s %10s\n", "idle sandbox -> RFB + CDP answer", "p50 ms", "p95 ms");
+    row("translation cache kept", wake_untrimmed);
+    row("right after a trim", wake_trimmed);
+  }
   if (alive_target > 0)
     std::printf("alive at once: %d of %zu created answer RFB + agent ping within 5 s (target %d)\n", answering,
                 created, alive_target);
