@@ -1337,6 +1337,8 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
   refreshes.help = "Browser refreshes after hand-outs: running, and waiting for a turn.";
   refreshes.samples = {{"state=\"running\"", static_cast<double>(st.refreshes_running)},
                        {"state=\"waiting\"", static_cast<double>(st.refreshes_waiting)}};
+  g["deskbox_sandboxes_trimmed"] = {"Running sandboxes idle with their translation cache handed back (TCG).",
+                                    {{"", static_cast<double>(st.trimmed)}}};
   auto es = events_.stats();
   g["deskbox_events_written"] = {"Events appended to sandbox logs since start.", {{"", static_cast<double>(es.written)}}};
   g["deskbox_events_dropped"] = {"Events dropped (queue full, invalid, too large) since start.",
@@ -1345,6 +1347,11 @@ asio::awaitable<HttpResponse> ApiService::GetMetrics(Call&) {
   HttpResponse res;
   res.content_type = "text/plain; version=0.0.4; charset=utf-8";
   res.body = metrics_.Render(g);
+  res.body += fmt::format(
+      "# HELP deskbox_translation_cache_trims_total Idle sandboxes' translation caches handed back to the host (TCG).\n"
+      "# TYPE deskbox_translation_cache_trims_total counter\n"
+      "deskbox_translation_cache_trims_total {}\n",
+      st.trims_total);
   res.body += "# HELP deskbox_cdp_messages_total CDP messages from clients to browsers, by method.\n"
               "# TYPE deskbox_cdp_messages_total counter\n";
   for (const auto& [method, n] : cdp_.method_counts())

@@ -838,9 +838,11 @@ class OneSandboxTestCase(ApiTestCase):
     """A deployment without pools and one sandbox (cls.sid) for the whole class; each test opens
     its own page in the sandbox's browser with open_page()."""
 
+    deployment = {}  # more arguments for Deskbox(), e.g. extra_args for deskboxd
+
     @classmethod
     def setUpClass(cls):
-        cls.start_deployment(warm_pool=0)
+        cls.start_deployment(**{"warm_pool": 0, **cls.deployment})
         try:
             r = cls.dbx.post("/v1/sandboxes", json={}, timeout=300)
             if r.status_code != 201:

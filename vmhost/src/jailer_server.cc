@@ -738,14 +738,16 @@ CacheState ReadCacheState(pid_t pid, const std::string& plugin) {
       if (in) st.resident_kib += std::strtoull(std::string(line.substr(4)).c_str(), nullptr, 10);
     } else if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
                line.find('-') < line.find(' ')) {
-      // "start-end perms offset dev inode [path]"
-      size_t perms_at = line.find(' ') + 1;
-      std::string_view perms = line.substr(perms_at, 4);
-      size_t last_space = line.find_last_of(' ');
-      std::string_view tail = line.substr(last_space + 1);
-      bool anonymous =
-          tail.find('/') == std::string_view::npos && tail.find('[') == std::string_view::npos;
-      in = perms == "rwxp" && anonymous;
+      // "start-end perms offset dev inode [path]": anonymous memory has inode 0 and no path.
+      std::array<std::string_view, 6> f{};
+      size_t at = 0;
+      for (size_t i = 0; i < f.size() && at < line.size(); ++i) {
+        size_t end_of = i == 5 ? line.size() : std::min(line.find(' ', at), line.size());
+        f[i] = line.substr(at, end_of - at);
+        at = line.find_first_not_of(' ', end_of);
+        if (at == std::string_view::npos) break;
+      }
+      in = f[1] == "rwxp" && f[4] == "0" && f[5].empty();
       if (!plugin.empty() && line.ends_with(plugin)) st.plugin = true;
     }
   }

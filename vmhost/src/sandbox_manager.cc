@@ -893,6 +893,8 @@ PoolStats SandboxManager::Stats() const {
   PoolStats s{netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size()};
   s.refreshes_running = refresh_turns_;
   s.refreshes_waiting = refresh_queue_.size();
+  for (const auto& [id, sb] : sandboxes_) s.trimmed += sb->state == SandboxState::kRunning && sb->trimmed && sb->trims > 0;
+  s.trims_total = trims_total_;
   return s;
 }
 
@@ -920,7 +922,10 @@ asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox&
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) co_return std::unexpected(r.error());
   const auto& t = r->response.trim();
-  if (t.trimmable()) ++sb.trims;
+  if (t.trimmable()) {
+    ++sb.trims;
+    ++trims_total_;
+  }
   sb.trimmed = true;
   // The guest now translates again what it runs: that burst is the trim's, not the user's.
   sb.trim_settles_at = std::chrono::steady_clock::now() + kTrimSettle;

@@ -131,6 +131,8 @@ using BrowserObserver = std::function<void(const Sandbox&)>;
 struct PoolStats {
   size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
   size_t refreshes_running = 0, refreshes_waiting = 0;  // browser refreshes after hand-outs
+  size_t trimmed = 0;         // running sandboxes whose translation cache is trimmed
+  uint64_t trims_total = 0;   // translation-cache trims since start
 };
 
 class SandboxManager {
@@ -251,6 +253,7 @@ class SandboxManager {
   std::deque<uint32_t> netns_ready_;
   std::deque<std::shared_ptr<Sandbox>> prestarted_;
   std::deque<std::shared_ptr<Sandbox>> warm_;
+  uint64_t trims_total_ = 0;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   boost::asio::steady_timer refill_timer_;
   bool refilling_ = false;
