@@ -343,10 +343,16 @@ TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
   EXPECT_TRUE(WaitUntil(
       [&] { return CacheResidentKib(sb->qemu_pid).second < t->resident_before_kib / 4; }, 10s));
   EXPECT_EQ(Exec(*sb, "echo again"), "again\n");
-  // A sandbox that is not there is refused.
+  // A sandbox that is not there, or paused (it would trim as it resumes), is refused.
   auto none = Run(manager_->TrimTranslationCache("sb-none"));
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, vmhost::VmError::Code::kNotFound);
+  ASSERT_TRUE(Run(manager_->Pause(sb->id)));
+  auto paused = Run(manager_->TrimTranslationCache(sb->id));
+  ASSERT_FALSE(paused);
+  EXPECT_EQ(paused.error().code, vmhost::VmError::Code::kInvalidState);
+  ASSERT_TRUE(Run(manager_->Resume(sb->id)));
+  EXPECT_EQ(Exec(*sb, "echo resumed"), "resumed\n");
   ASSERT_TRUE(Run(manager_->Destroy(sb->id)));
 }
 

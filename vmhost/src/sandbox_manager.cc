@@ -935,7 +935,9 @@ asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox&
 asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::TrimTranslationCache(const std::string& id) {
   auto sb = Find(id);
   if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
-  if (sb->state != SandboxState::kRunning && sb->state != SandboxState::kPaused)
+  // Not a paused one: its vCPUs idle only once it is resumed, and it would be trimmed just as
+  // it is used again.
+  if (sb->state != SandboxState::kRunning)
     co_return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is {}", id, ToString(sb->state))});
   co_return co_await Trim(*sb);
 }
