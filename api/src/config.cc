@@ -153,7 +153,7 @@ const std::vector<Setting>& Settings() {
        "browser refreshes after restores that run at once, 0..256 (default 0: host CPUs / guest vCPUs)",
        Number(&DaemonConfig::browser_refreshes, 0, 256)},
       {"--trim-idle-after", "DESKBOX_TRIM_IDLE_AFTER_S", "SECONDS",
-       "under TCG, drop an idle sandbox's translation cache from memory after this long idle, 0..86400 (default 30; 0: never)",
+       "under TCG, hand an idle sandbox's translation cache back to the host after this long idle, 0..86400 (default 60; 0: never)",
        Number(&DaemonConfig::trim_idle_after_s, 0, 86400)},
       {"--default-timeout", "DESKBOX_DEFAULT_TIMEOUT_S", "SECONDS", "timeout of a sandbox created without one (default 3600)",
        Number(&DaemonConfig::default_timeout_s, 1, 7 * 24 * 3600)},

@@ -28,7 +28,7 @@ TEST(ConfigTest, TranslationCacheSize) {
 TEST(ConfigTest, IdleTrimDelay) {
   auto c = ParseConfig({}, {});
   ASSERT_TRUE(c) << c.error();
-  EXPECT_EQ(c->config.trim_idle_after_s, 30u);
+  EXPECT_EQ(c->config.trim_idle_after_s, 60u);
   c = ParseConfig({"--trim-idle-after", "0"}, {{"DESKBOX_TRIM_IDLE_AFTER_S", "120"}});
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->config.trim_idle_after_s, 0u);

@@ -7,13 +7,13 @@
     leaving deskboxd to the first update the mirror receives (the actions answer's
     first_change_ms), beside a pointer move of a few pixels (the pointer is drawn into the
     framebuffer), the cheapest change the guest can show, and a click on a button whose label
-    changes;
+    changes; then the same click after the sandbox idled until its translation cache was trimmed;
   - the agent's screenshots while N live viewers (/vnc, as noVNC uses it) watch a changing
     screen, against the same screenshots with no viewer;
   - a full-screen update from the guest's Xvnc in Raw (what the mirror asks for) against ZRLE
     (what a compressing client would ask for), from inside the sandbox's netns.
 
-  desktop_bench.py [--shots N] [--clicks N] [--frames N] [--viewers N]
+  desktop_bench.py [--shots N] [--clicks N] [--frames N] [--viewers N] [--idle-clicks N]
 """
 
 import argparse
@@ -154,6 +154,7 @@ def main():
     ap.add_argument("--clicks", type=int, default=15, help="typed characters, pointer moves and clicks")
     ap.add_argument("--frames", type=int, default=10)
     ap.add_argument("--viewers", type=int, default=20)
+    ap.add_argument("--idle-clicks", type=int, default=3, help="clicks each after an idle trim (about 70 s each)")
     args = ap.parse_args()
     with Deskbox(warm_pool=1) as dbx:
         sid = dbx.post("/v1/sandboxes", json={}, timeout=300).json()["id"]
@@ -228,6 +229,31 @@ def main():
               f"   {len(moves)}/{args.clicks} changed")
         print(f"  click on a button                p50 {pct(clicks, 0.5):6.0f} ms  p90 {pct(clicks, 0.9):6.0f} ms"
               f"   {len(clicks)}/{args.clicks} changed, the page counted {clicked} of {args.clicks + 1} clicks")
+
+        # The same click once the sandbox has idled long enough to have its translation cache
+        # handed back (deskboxd --trim-idle-after, 60 s by default): the guest translates again
+        # what the click runs. What a user pays, once per idle spell, for the memory.
+        idle_clicks = []
+        for i in range(args.idle_clicks):
+            if i > 0:
+                # A sandbox is trimmed again only after it has been busy: work for 6 s first.
+                page.evaluate("(() => { const t = Date.now(); while (Date.now() - t < 6000); })()")
+            before = dbx.metric_value("deskbox_translation_cache_trims_total") or 0
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline and (dbx.metric_value("deskbox_translation_cache_trims_total") or 0) <= before:
+                time.sleep(1)
+            if (dbx.metric_value("deskbox_translation_cache_trims_total") or 0) <= before:
+                print("  click after an idle trim: the sandbox was not trimmed within 150 s")
+                break
+            time.sleep(2)  # the trim itself happens when a vCPU next idles
+            r = dbx.post(f"/v1/sandboxes/{sid}/actions", json={
+                "actions": [{"type": "click", "x": bx, "y": by}], "settle": {"quiet_ms": 100}}).json()
+            if r.get("first_change_ms") is not None:
+                idle_clicks.append(r["first_change_ms"])
+        if idle_clicks:
+            print(f"  click after an idle trim         p50 {pct(idle_clicks, 0.5):6.0f} ms  max {max(idle_clicks):6.0f} ms"
+                  f"   {len(idle_clicks)}/{args.idle_clicks} changed; ratio to the click above "
+                  f"{pct(idle_clicks, 0.5) / pct(clicks, 0.5):.1f}x")
 
         # Live viewers: the agent's screenshots with none, then with --viewers watching a screen
         # that changes (a moving box) and asking for every update.

@@ -59,7 +59,7 @@ struct VmHostConfig {
   // back to the host: once its QEMU has used less than trim_idle_cpu of a core for
   // trim_idle_after, and again after every busy spell (jailer.proto TrimTranslationCache). 0 s:
   // never.
-  std::chrono::seconds trim_idle_after{30};
+  std::chrono::seconds trim_idle_after{60};
   double trim_idle_cpu = 0.15;
 };
 
