@@ -118,6 +118,17 @@ std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
   return e.stdout();
 }
 
+std::string GuestTest::RfbBanner(vmhost::Sandbox& sb) {
+  return Run([&]() -> asio::awaitable<std::string> {
+    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestRfbPort, std::chrono::seconds(5));
+    if (!s) co_return "connect failed: " + s.error().message;
+    std::string b(12, '\0');
+    boost::system::error_code ec;
+    co_await asio::async_read(*s, asio::buffer(b), asio::redirect_error(asio::use_awaitable, ec));
+    co_return ec ? "read failed: " + ec.message() : b;
+  }());
+}
+
 std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method,
                                const std::string& path) {
   auto result = Run(

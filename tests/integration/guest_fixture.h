@@ -54,6 +54,8 @@ class GuestTest : public ::testing::Test {
   // Guest helpers.
   // Exec through the agent: returns stdout; fails the test on error or non-zero exit.
   std::string Exec(vmhost::Sandbox& sb, const std::string& shell);
+  // The first 12 bytes the guest's RFB server sends (its version banner), or why there are none.
+  std::string RfbBanner(vmhost::Sandbox& sb);
   // HTTP request to the guest's CDP endpoint (through the netns); returns the body.
   std::string CdpHttp(vmhost::Sandbox& sb, const std::string& method, const std::string& path);
   // Evaluates a JavaScript expression in the first page target; returns the JSON "result".

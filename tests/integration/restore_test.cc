@@ -37,14 +37,7 @@ TEST_F(RestoreTest, RestoredSandboxAnswersRfbAndCdp) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
   EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
-  auto banner = Run([&]() -> asio::awaitable<std::string> {
-    auto s = co_await manager_->ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
-    if (!s) co_return "connect failed: " + s.error().message;
-    std::string b(12, '\0');
-    co_await asio::async_read(*s, asio::buffer(b), asio::use_awaitable);
-    co_return b;
-  }());
-  EXPECT_EQ(banner, "RFB 003.008\n");
+  EXPECT_EQ(RfbBanner(*sb), "RFB 003.008\n");
   json version = json::parse(CdpHttp(*sb, "GET", "/json/version"), nullptr, false);
   ASSERT_TRUE(version.is_object());
   EXPECT_NE(version.value("Browser", "").find("Chrom"), std::string::npos) << version.dump();
@@ -328,14 +321,7 @@ TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
   // The guest runs on: it translates again what it runs.
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
   EXPECT_EQ(Exec(*sb, "echo trimmed"), "trimmed\n");
-  auto banner = Run([&]() -> asio::awaitable<std::string> {
-    auto s = co_await manager_->ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
-    if (!s) co_return "connect failed: " + s.error().message;
-    std::string b(12, '\0');
-    co_await asio::async_read(*s, asio::buffer(b), asio::use_awaitable);
-    co_return b;
-  }());
-  EXPECT_EQ(banner, "RFB 003.008\n");
+  EXPECT_EQ(RfbBanner(*sb), "RFB 003.008\n");
   EXPECT_EQ(CdpEvaluate(*sb, "document.readyState"), "\"complete\"");
   // A second trim works as the first did.
   auto again = Run(manager_->TrimTranslationCache(sb->id));
