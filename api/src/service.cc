@@ -205,6 +205,8 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& m
     it->second.browser_refreshing = false;
     Save(it->second);
   });
+  manager_.SetInUse(
+      [this](const std::string& id) { return cdp_.Sessions(id) > 0 || viewers_->Viewers(id) > 0; });
   egress::EgressOptions eo;
   std::vector<egress::Cidr> reachable;
   for (const auto& c : config_.egress_reachable) reachable.push_back(*egress::ParseCidr(c));  // validated by ParseConfig
@@ -229,6 +231,7 @@ ApiService::~ApiService() {
   *alive_ = false;
   manager_.SetObserver(nullptr);
   manager_.SetBrowserObserver(nullptr);
+  manager_.SetInUse(nullptr);
   flush_pool_.join();
 }
 

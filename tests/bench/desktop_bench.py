@@ -7,7 +7,8 @@
     leaving deskboxd to the first update the mirror receives (the actions answer's
     first_change_ms), beside a pointer move of a few pixels (the pointer is drawn into the
     framebuffer), the cheapest change the guest can show, and a click on a button whose label
-    changes; then the same click after the sandbox idled until its translation cache was trimmed;
+    changes; then the same click after the sandbox idled, with no client connected, until its
+    translation cache was trimmed;
   - the agent's screenshots while N live viewers (/vnc, as noVNC uses it) watch a changing
     screen, against the same screenshots with no viewer;
   - a full-screen update from the guest's Xvnc in Raw (what the mirror asks for) against ZRLE
@@ -233,11 +234,16 @@ def main():
         # The same click once the sandbox has idled long enough to have its translation cache
         # handed back (deskboxd --trim-idle-after, 60 s by default): the guest translates again
         # what the click runs. What a user pays, once per idle spell, for the memory.
+        # No client may stay connected meanwhile (a sandbox with a CDP session is not trimmed):
+        # the page's session closes, and opens again afterwards.
         idle_clicks = []
+        if args.idle_clicks > 0:
+            page.close()
         for i in range(args.idle_clicks):
             if i > 0:
                 # A sandbox is trimmed again only after it has been busy: work for 6 s first.
-                page.evaluate("(() => { const t = Date.now(); while (Date.now() - t < 6000); })()")
+                dbx.post(f"/v1/sandboxes/{sid}/exec", json={
+                    "shell": "timeout 6 sh -c 'while :; do :; done' || true", "timeout_s": 30}, timeout=60)
             before = dbx.metric_value("deskbox_translation_cache_trims_total") or 0
             deadline = time.monotonic() + 150
             while time.monotonic() < deadline and (dbx.metric_value("deskbox_translation_cache_trims_total") or 0) <= before:
@@ -250,6 +256,8 @@ def main():
                 "actions": [{"type": "click", "x": bx, "y": by}], "settle": {"quiet_ms": 100}}).json()
             if r.get("first_change_ms") is not None:
                 idle_clicks.append(r["first_change_ms"])
+        if args.idle_clicks > 0:
+            page = CdpPage(dbx.port, sid, target["id"], dbx.key)
         if idle_clicks:
             print(f"  click after an idle trim         p50 {pct(idle_clicks, 0.5):6.0f} ms  max {max(idle_clicks):6.0f} ms"
                   f"   {len(idle_clicks)}/{args.idle_clicks} changed; ratio to the click above "

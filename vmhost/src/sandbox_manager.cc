@@ -981,8 +981,11 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
         if (!sb->trimmed) sb->idle_since = now;
         continue;
       }
-      // A browser reloading its pages is busy whatever the CPU says: it is about to run code.
-      if (sb->browser_refreshing || (cpu - last) / secs >= config_.trim_idle_cpu) {
+      // A browser reloading its pages is busy whatever the CPU says: it is about to run code. So
+      // is one a client is connected to, as far as trimming goes: its next input may come any
+      // moment, and the delay starts again when the client leaves.
+      if (sb->browser_refreshing || (cpu - last) / secs >= config_.trim_idle_cpu ||
+          (in_use_ && in_use_(sb->id))) {
         sb->idle_since = now;
         sb->trimmed = false;
         continue;

@@ -127,6 +127,9 @@ struct AdoptResult {
 using TransitionObserver = std::function<void(const Sandbox&, SandboxState from)>;
 // Told when a browser refresh after a hand-out has ended (browser_failure says how).
 using BrowserObserver = std::function<void(const Sandbox&)>;
+// Whether a client holds a live connection to the sandbox (a live view, a CDP session): such a
+// sandbox is not trimmed however idle it is, so that its first input does not pay for it.
+using InUse = std::function<bool(const std::string& id)>;
 
 struct PoolStats {
   size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
@@ -149,6 +152,7 @@ class SandboxManager {
   boost::asio::awaitable<std::vector<AdoptResult>> Recover(std::vector<AdoptRequest> sandboxes);
   void SetObserver(TransitionObserver observer) { observer_ = std::move(observer); }
   void SetBrowserObserver(BrowserObserver observer) { browser_observer_ = std::move(observer); }
+  void SetInUse(InUse in_use) { in_use_ = std::move(in_use); }
   // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
   boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
 
@@ -263,6 +267,7 @@ class SandboxManager {
   bool shutting_down_ = false;
   TransitionObserver observer_;
   BrowserObserver browser_observer_;
+  InUse in_use_;
   size_t client_restores_ = 0;  // creates restoring for a waiting client (refills hold back)
   size_t background_refreshes_ = 0;  // RefreshInBackground coroutines running
   size_t refresh_limit_ = 1;
