@@ -10,8 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <optional>
 #include <string_view>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -26,6 +24,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "common/smaps.h"
 #include "test_host.h"
 #include "vmhost/template.h"
 
@@ -241,30 +240,12 @@ PssParts PssBreakdown(int pid) {
   PssParts parts;
   auto s = ReadFile("/proc/" + std::to_string(pid) + "/smaps", 64 << 20);
   if (!s) return parts;
-  enum { kOther, kCode, kRam } kind = kOther;
-  size_t pos = 0;
-  while (pos < s->size()) {
-    size_t end = s->find('\n', pos);
-    if (end == std::string::npos) end = s->size();
-    std::string_view line(s->data() + pos, end - pos);
-    pos = end + 1;
-    auto field = [&](std::string_view name) -> std::optional<uint64_t> {
-      if (!line.starts_with(name)) return std::nullopt;
-      return std::strtoull(std::string(line.substr(name.size())).c_str(), nullptr, 10);
-    };
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ')) {
-      // A mapping: "start-end perms offset dev inode [path]"; anonymous ones have no path.
-      std::istringstream in{std::string(line)};
-      std::string range, perms, offset, dev, inode, path;
-      in >> range >> perms >> offset >> dev >> inode;
-      std::getline(in >> std::ws, path);
-      kind = perms == "rwxp" && path.empty() ? kCode : path.ends_with("/ram") ? kRam : kOther;
-    } else if (auto v = field("Pss:")) {
-      parts.total += *v;
-      if (kind == kCode) parts.code += *v;
-      if (kind == kRam) parts.ram += *v;
-    } else if (auto a = field("Anonymous:"); a && kind == kRam) {
-      parts.ram_private += *a;
+  for (const auto& m : ParseSmaps(*s)) {
+    parts.total += m.pss_kib;
+    if (m.perms == "rwxp" && m.anonymous()) parts.code += m.pss_kib;
+    if (m.path.ends_with("/ram")) {
+      parts.ram += m.pss_kib;
+      parts.ram_private += m.anonymous_kib;
     }
   }
   return parts;
@@ -515,8 +496,7 @@ int Bench(int argc, char** argv) {
         what, n, i.pss, 100.0 * i.cpu);
     std::printf(
         "  of it: TCG translation cache %.0f MiB, guest RAM %.0f MiB (%.0f MiB written by the "
-        "guest, the rest "
-        "shared with the other clones), QEMU and the rest %.0f MiB\n",
+        "guest, the rest shared with the other clones), QEMU and the rest %.0f MiB\n",
         i.code, i.ram, i.ram_private, i.pss - i.code - i.ram);
   };
   if (n > 0) {

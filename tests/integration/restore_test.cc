@@ -11,15 +11,14 @@
 
 #include <boost/asio/read.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "common/files.h"
+#include "common/smaps.h"
 #include "guest_fixture.h"
 #include "vmhost/qemu_command.h"
 #include "vmhost/template.h"
@@ -281,21 +280,12 @@ TEST_F(RestoreTest, PauseAndResumeKeepTheDesktop) {
 // KiB in memory of a QEMU's translation cache (its anonymous read/write/execute mappings), and
 // whether the trim plugin is loaded into it: from /proc/PID/smaps.
 std::pair<bool, uint64_t> CacheResidentKib(pid_t pid) {
-  std::ifstream smaps("/proc/" + std::to_string(pid) + "/smaps");
-  std::string line;
-  bool plugin = false, in = false;
+  auto smaps = ReadFile("/proc/" + std::to_string(pid) + "/smaps", 64 << 20);
+  bool plugin = false;
   uint64_t kib = 0;
-  while (std::getline(smaps, line)) {
-    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < line.find(' ')) {
-      std::istringstream fields(line);
-      std::string range, perms, offset, dev, inode, path;
-      fields >> range >> perms >> offset >> dev >> inode;
-      std::getline(fields >> std::ws, path);
-      in = perms == "rwxp" && path.empty();
-      plugin = plugin || path.ends_with("/libdeskbox-tcgtrim.so");
-    } else if (in && line.starts_with("Rss:")) {
-      kib += std::strtoull(line.c_str() + 4, nullptr, 10);
-    }
+  for (const auto& m : ParseSmaps(smaps.value_or(""))) {
+    if (m.perms == "rwxp" && m.anonymous()) kib += m.rss_kib;
+    plugin = plugin || m.path.ends_with("/libdeskbox-tcgtrim.so");
   }
   return {plugin, kib};
 }

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -36,6 +35,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/smaps.h"
 #include "egress/nflog.h"
 #include "egress/slot_network.h"
 #include "vmhost/fd_passing.h"
@@ -727,29 +727,9 @@ CacheState ReadCacheState(pid_t pid, const std::string& plugin) {
   CacheState st;
   auto smaps = ReadFile(fmt::format("/proc/{}/smaps", pid), 64 << 20);
   if (!smaps) return st;
-  bool in = false;
-  size_t pos = 0;
-  while (pos < smaps->size()) {
-    size_t end = smaps->find('\n', pos);
-    if (end == std::string::npos) end = smaps->size();
-    std::string_view line(smaps->data() + pos, end - pos);
-    pos = end + 1;
-    if (line.starts_with("Rss:")) {
-      if (in) st.resident_kib += std::strtoull(std::string(line.substr(4)).c_str(), nullptr, 10);
-    } else if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
-               line.find('-') < line.find(' ')) {
-      // "start-end perms offset dev inode [path]": anonymous memory has inode 0 and no path.
-      std::array<std::string_view, 6> f{};
-      size_t at = 0;
-      for (size_t i = 0; i < f.size() && at < line.size(); ++i) {
-        size_t end_of = i == 5 ? line.size() : std::min(line.find(' ', at), line.size());
-        f[i] = line.substr(at, end_of - at);
-        at = line.find_first_not_of(' ', end_of);
-        if (at == std::string_view::npos) break;
-      }
-      in = f[1] == "rwxp" && f[4] == "0" && f[5].empty();
-      if (!plugin.empty() && line.ends_with(plugin)) st.plugin = true;
-    }
+  for (const auto& m : ParseSmaps(*smaps)) {
+    if (m.perms == "rwxp" && m.anonymous()) st.resident_kib += m.rss_kib;
+    if (!plugin.empty() && m.path == plugin) st.plugin = true;
   }
   return st;
 }
@@ -767,8 +747,7 @@ JailerServer::Reply JailerServer::TrimTranslationCache(const jailer::v1::TrimTra
   // Only a QEMU that loaded the plugin has a handler for the signal: to any other it is fatal.
   CacheState st = ReadCacheState(pid, config_.tcg_trim_plugin);
   result->set_resident_before_kib(st.resident_kib);
-  if (config_.tcg_trim_plugin.empty() || !st.plugin)
-    return reply;  // KVM, or no plugin: nothing to do
+  if (!st.plugin) return reply;  // KVM, or no plugin: nothing to do
   if (::kill(pid, SIGUSR2) != 0)
     return Fail(errno,
                 fmt::format("slot {}: signalling its QEMU: {}", r.slot(), ErrnoString(errno)));
