@@ -57,10 +57,8 @@ int main(int argc, char** argv) {
     else if (a == "--no-seccomp") config.seccomp = false;
     else if (a == "--sweep-on-exit") config.sweep_on_exit = true;
     else if (a == "--uplink-netns") config.uplink_netns = next();
-    else if (a == "--tcg-trim-plugin")
-      config.tcg_trim_plugin = next();
-    else if (a == "--no-tcg-trim")
-      config.tcg_trim_plugin.clear();
+    else if (a == "--tcg-trim-plugin") config.tcg_trim_plugin = next();
+    else if (a == "--no-tcg-trim") config.tcg_trim_plugin.clear();
     else if (a == "-h" || a == "--help") { Usage(); return 0; }
     else { std::cerr << "deskbox-jailer: unknown option " << a << "\n"; Usage(); return 2; }
   }

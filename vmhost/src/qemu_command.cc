@@ -16,6 +16,14 @@
 #include "common/process.h"
 
 namespace deskbox::vmhost {
+namespace {
+
+// -plugin's value for the translation-cache trim plugin: it finds the cache by its size.
+std::string TrimPluginOption(const std::string& plugin, uint32_t tb_size_mib) {
+  return fmt::format("file={},bytes={}", plugin, uint64_t{tb_size_mib} << 20);
+}
+
+}  // namespace
 
 std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
   std::vector<std::string> a = {s.binary};
@@ -29,9 +37,7 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
     add({"-accel", "kvm"});
   } else {
     add({"-accel", fmt::format("tcg,tb-size={}", s.tb_size_mib)});
-    if (!s.tcg_trim_plugin.empty())
-      add({"-plugin",
-           fmt::format("file={},bytes={}", s.tcg_trim_plugin, uint64_t{s.tb_size_mib} << 20)});
+    if (!s.tcg_trim_plugin.empty()) add({"-plugin", TrimPluginOption(s.tcg_trim_plugin, s.tb_size_mib)});
   }
   add({"-cpu", s.cpu_model});
   add({"-smp", std::to_string(s.smp)});
@@ -69,21 +75,11 @@ std::vector<std::string> BuildQemuArgv(const QemuSpec& s) {
 
 std::expected<void, std::string> CheckTcgTrimPlugin(const std::string& qemu_binary,
                                                     const std::string& plugin) {
-  QemuSpec probe;
-  std::vector<std::string> argv = {
-      qemu_binary,
-      "-M",
-      "none",
-      "-accel",
-      fmt::format("tcg,tb-size={}", probe.tb_size_mib),
-      "-plugin",
-      fmt::format("file={},bytes={}", plugin, uint64_t{probe.tb_size_mib} << 20),
-      "-nodefaults",
-      "-no-user-config",
-      "-display",
-      "none",
-      "-qmp",
-      "stdio"};
+  std::vector<std::string> argv = {qemu_binary, "-M", "none",
+                                   "-accel", fmt::format("tcg,tb-size={}", kDefaultTbSizeMib),
+                                   "-plugin", TrimPluginOption(plugin, kDefaultTbSizeMib),
+                                   "-nodefaults", "-no-user-config", "-display", "none",
+                                   "-qmp", "stdio"};
   auto r = RunCommand(argv, "{\"execute\": \"qmp_capabilities\"}\n{\"execute\": \"quit\"}\n",
                       std::chrono::seconds(20));
   if (!r) return std::unexpected(fmt::format("{}: {}", qemu_binary, std::strerror(r.error())));
