@@ -151,6 +151,75 @@ TEST_F(MirrorTest, BecomesReadyAndSendsInputInOrder) {
   });
 }
 
+std::string FenceMessage(uint32_t flags, const std::string& payload) {
+  return std::string{static_cast<char>(248), 0, 0, 0} + U32(flags) +
+         static_cast<char>(payload.size()) + payload;
+}
+
+TEST_F(MirrorTest, TheClicksOfADoubleClickWaitForTheServerToTakeTheOneBefore) {
+  Run([&]() -> asio::awaitable<void> {
+    co_await Connect();
+    // The server shows that it does fences, as Xvnc does after SetEncodings; the mirror answers.
+    co_await server_.Send(FenceMessage(0x80000000u, std::string(1, '\0')));
+    co_await Sleep(100ms);
+    EXPECT_NE(server_.received().find(FenceMessage(0, std::string(1, '\0'))), std::string::npos);
+    Action dbl;
+    dbl.type = Action::Type::kClick;
+    dbl.at = Point{30, 40};
+    dbl.count = 2;
+    bool done = false;
+    asio::co_spawn(
+        io_,
+        [&]() -> asio::awaitable<void> {
+          auto r = co_await Perform(*mirror_, dbl);
+          EXPECT_TRUE(r) << r.error();
+          done = true;
+        },
+        asio::detached);
+    auto at = U16(30) + U16(40);
+    std::string first = std::string{5, 0} + at + std::string{5, 1} + at + std::string{5, 0} + at;
+    std::string ours = FenceMessage(0x80000001u, U32(1));  // Request + BlockBefore, id 1
+    co_await Sleep(300ms);
+    // The first click and the fence went out; the second press waits for the answer.
+    auto sent = server_.received();
+    auto pos = sent.find(first + ours);
+    EXPECT_NE(pos, std::string::npos) << "the first click and a fence";
+    if (pos == std::string::npos) co_return;
+    EXPECT_EQ(sent.size(), pos + first.size() + ours.size());
+    EXPECT_FALSE(done);
+    co_await server_.Send(FenceMessage(0x1, U32(1)));
+    co_await Sleep(200ms);
+    EXPECT_TRUE(done);
+    std::string second = std::string{5, 1} + at + std::string{5, 0} + at;
+    EXPECT_EQ(server_.received().substr(pos), first + ours + second);
+    // Against a server that never answers, the clicks still go, after the longest wait.
+    auto t0 = FrameMirror::Clock::now();
+    auto r = co_await Perform(*mirror_, dbl);
+    EXPECT_TRUE(r) << r.error();
+    EXPECT_GE(FrameMirror::Clock::now() - t0, 900ms);
+  });
+}
+
+TEST_F(MirrorTest, WithoutFencesTheClicksOfADoubleClickAreStillPaced) {
+  Run([&]() -> asio::awaitable<void> {
+    co_await Connect();
+    bool synced = co_await mirror_->Sync(1s);
+    EXPECT_FALSE(synced);  // this server never said it does fences
+    Action triple;
+    triple.type = Action::Type::kClick;
+    triple.at = Point{3, 4};
+    triple.count = 3;
+    auto t0 = FrameMirror::Clock::now();
+    auto r = co_await Perform(*mirror_, triple);
+    EXPECT_TRUE(r) << r.error();
+    EXPECT_GE(FrameMirror::Clock::now() - t0, 30ms);  // two pauses between three clicks
+    co_await Sleep(100ms);
+    auto at = U16(3) + U16(4);
+    std::string click = std::string{5, 1} + at + std::string{5, 0} + at;
+    EXPECT_NE(server_.received().find(std::string{5, 0} + at + click + click + click), std::string::npos);
+  });
+}
+
 TEST_F(MirrorTest, SettlesAfterTheLastLargeChangeAndIgnoresSmallOnes) {
   Run([&]() -> asio::awaitable<void> {
     co_await Connect();

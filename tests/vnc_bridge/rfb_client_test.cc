@@ -61,17 +61,19 @@ TEST(RfbClientTest, MirrorsTheScreenEvenWhenBytesComeOneByOne) {
   ASSERT_TRUE(c.ready());
   EXPECT_EQ(c.seq(), 1u);
   EXPECT_EQ(c.desktop_name(), "deskbox");
-  // Version, security None, ClientInit, SetPixelFormat (20), SetEncodings (4 + 3×4), a full
+  // Version, security None, ClientInit, SetPixelFormat (20), SetEncodings (4 + 4×4), a full
   // request (10), then the incremental request that follows the first update (10).
-  ASSERT_EQ(sent.size(), 12u + 1 + 1 + 20 + 16 + 10 + 10);
+  ASSERT_EQ(sent.size(), 12u + 1 + 1 + 20 + 20 + 10 + 10);
   EXPECT_EQ(sent.substr(0, 12), "RFB 003.008\n");
   EXPECT_EQ(sent[14], 0);                          // SetPixelFormat
   EXPECT_EQ(static_cast<uint8_t>(sent[18]), 32u);  // bits per pixel
   EXPECT_EQ(sent[34], 2);                          // SetEncodings
-  EXPECT_EQ(sent.substr(38, 12),
-            U32(0) + U32(1) + U32(static_cast<uint32_t>(-223)));  // Raw, CopyRect, DesktopSize
-  EXPECT_EQ(sent.substr(50, 10), (std::string{3, 0} + U16(0) + U16(0) + U16(4) + U16(2)));
-  EXPECT_EQ(sent.substr(60, 10), (std::string{3, 1} + U16(0) + U16(0) + U16(4) + U16(2)));
+  // Raw, CopyRect, DesktopSize, Fence
+  EXPECT_EQ(sent.substr(38, 16), U32(0) + U32(1) + U32(static_cast<uint32_t>(-223)) +
+                                     U32(static_cast<uint32_t>(-312)));
+  EXPECT_EQ(sent.substr(54, 10), (std::string{3, 0} + U16(0) + U16(0) + U16(4) + U16(2)));
+  EXPECT_EQ(sent.substr(64, 10), (std::string{3, 1} + U16(0) + U16(0) + U16(4) + U16(2)));
+  EXPECT_FALSE(c.fences());  // this server sent none
   const auto& fb = c.framebuffer();
   ASSERT_EQ(fb.width, 4u);
   ASSERT_EQ(fb.height, 2u);
@@ -161,6 +163,39 @@ TEST(RfbClientTest, InputIsEncodedOnlyOnceReadyAndClampedToTheScreen) {
             (std::string{5, 5} + U16(3) + U16(1) + std::string{4, 1, 0, 0} + U32(0x0101F642)));
 }
 
+std::string Fence(uint32_t flags, const std::string& payload) {
+  return std::string{static_cast<char>(248), 0, 0, 0} + U32(flags) +
+         static_cast<char>(payload.size()) + payload;
+}
+
+TEST(RfbClientTest, AnswersTheServersFencesAndTracksItsOwn) {
+  RfbClient c;
+  ASSERT_TRUE(c.Feed(Bytes(Handshake(4, 2) + FullScreen(4, 2))));
+  c.TakeOutput();
+  EXPECT_FALSE(c.Fence(1));  // the server has not shown that it does fences
+  EXPECT_EQ(c.TakeOutput(), "");
+  // A request (bit 31) with BlockBefore and a flag RFB does not define: answered at once with
+  // Request and the unknown flag cleared, the payload as it came — even split byte by byte.
+  std::string request = Fence(0x80000001u | 0x100u, "ab");
+  for (char ch : request) ASSERT_TRUE(c.Feed(Bytes(std::string(1, ch))));
+  EXPECT_TRUE(c.fences());
+  EXPECT_EQ(c.TakeOutput(), Fence(0x1, "ab"));
+  // An empty payload and the other flags.
+  ASSERT_TRUE(c.Feed(Bytes(Fence(0x80000006u, ""))));
+  EXPECT_EQ(c.TakeOutput(), Fence(0x6, ""));
+  // Ours: Request + BlockBefore with the id; the answer names it, in order with the updates.
+  EXPECT_EQ(c.fence_answered(), 0u);
+  ASSERT_TRUE(c.Fence(7));
+  EXPECT_EQ(c.TakeOutput(), Fence(0x80000001u, U32(7)));
+  ASSERT_TRUE(c.Feed(Bytes(Update(RectHeader(0, 0, 1, 1) + Pixels(0, 0, 1, 1), 1) + Fence(0x1, U32(7)))));
+  EXPECT_EQ(c.fence_answered(), 7u);
+  EXPECT_EQ(c.seq(), 2u);
+  // An answer that is not one of ours (another payload size) changes nothing.
+  ASSERT_TRUE(c.Feed(Bytes(Fence(0x1, "xyz"))));
+  EXPECT_EQ(c.fence_answered(), 7u);
+  EXPECT_EQ(c.TakeOutput(), (std::string{3, 1} + U16(0) + U16(0) + U16(4) + U16(2)));
+}
+
 TEST(RfbClientTest, DamageBeyondTheCapCollapsesToItsBoundingBox) {
   RfbClient c;
   ASSERT_TRUE(c.Feed(Bytes(Handshake(200, 2) + FullScreen(200, 2))));
@@ -197,6 +232,7 @@ TEST(RfbClientTest, RefusesWhatItDidNotAskFor) {
       {Handshake(4, 2) + Update(RectHeader(0, 0, 5000, 2, -223), 1), "out of range"},
       {Handshake(4, 2) + std::string{9}, "unknown server message type 9"},
       {Handshake(4, 2) + std::string{3, 0, 0, 0} + U32(100u << 20), "too long"},
+      {Handshake(4, 2) + Fence(0x80000000u, std::string(65, 'x')), "fence payload of 65 bytes"},
   };
   for (const auto& t : cases) {
     RfbClient c;

@@ -100,6 +100,11 @@ uint8_t Bit(MouseButton b) {
   return static_cast<uint8_t>(1u << (static_cast<unsigned>(b) - 1));
 }
 
+// Between the clicks of one click action: the longest wait for the X server to take the last
+// one, and the pause after it.
+constexpr std::chrono::milliseconds kClickSyncTimeout{1000};
+constexpr std::chrono::milliseconds kClickGap{15};
+
 asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
   asio::steady_timer t(co_await asio::this_coro::executor);
   t.expires_after(d);
@@ -133,14 +138,6 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
         return m.Pointer(held | Bit(a.button), here.x, here.y);
       case T::kMouseUp:
         return m.Pointer(held & static_cast<uint8_t>(~Bit(a.button)), here.x, here.y);
-      case T::kClick: {
-        if (auto r = m.Pointer(held, here.x, here.y); !r) return r;
-        for (int i = 0; i < a.count; ++i) {
-          if (auto r = m.Pointer(held | Bit(a.button), here.x, here.y); !r) return r;
-          if (auto r = m.Pointer(held, here.x, here.y); !r) return r;
-        }
-        return {};
-      }
       case T::kScroll: {
         if (auto r = m.Pointer(held, here.x, here.y); !r) return r;
         // Wheel buttons: 4 up, 5 down, 6 left, 7 right; one press and release per step.
@@ -180,6 +177,29 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
       if (auto r = PressAll(m, a.keys[0]); !r) co_return r;
       co_await Sleep(a.duration);
       co_return ReleaseAll(m, a.keys[0]);
+    }
+    case T::kClick: {
+      if (auto r = PressAll(m, a.modifiers); !r) co_return r;
+      auto clicks = [&]() -> asio::awaitable<std::expected<void, std::string>> {
+        if (auto r = m.Pointer(held, here.x, here.y); !r) co_return r;
+        for (int i = 0; i < a.count; ++i) {
+          if (i > 0) {
+            // Applications count a press as the next of a double or triple click only when
+            // its X timestamp differs from the last one's (Chromium takes equal ones for the
+            // same event). Sent together, two presses are often stamped in the same
+            // millisecond: wait until the X server has taken the last click, then a little.
+            co_await m.Sync(kClickSyncTimeout);
+            co_await Sleep(kClickGap);
+          }
+          if (auto r = m.Pointer(held | Bit(a.button), here.x, here.y); !r) co_return r;
+          if (auto r = m.Pointer(held, here.x, here.y); !r) co_return r;
+        }
+        co_return std::expected<void, std::string>{};
+      };
+      auto r = co_await clicks();
+      auto released = ReleaseAll(m, a.modifiers);
+      if (!r) co_return r;
+      co_return released;
     }
     case T::kDrag: {
       if (auto r = PressAll(m, a.modifiers); !r) co_return r;

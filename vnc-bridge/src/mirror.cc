@@ -104,6 +104,7 @@ asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
                                               asio::redirect_error(asio::use_awaitable, ec));
     if (n > 0) {
       bool was_ready = client_->ready();
+      uint32_t fence_before = client_->fence_answered();
       if (auto r = client_->Feed(std::span<const uint8_t>(buf.data(), n)); !r) {
         result = std::unexpected("the guest's screen broke the protocol: " + r.error());
         log::Warn(kLog, "{}: {}", name_, result.error());
@@ -126,7 +127,9 @@ asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
         pointer_ = {client_->framebuffer().width / 2, client_->framebuffer().height / 2};
       }
       Flush();
-      if (!updates.empty() || was_ready != client_->ready()) Notify();
+      if (!updates.empty() || was_ready != client_->ready() ||
+          fence_before != client_->fence_answered())
+        Notify();
     }
     if (ec) {
       result = std::unexpected(stopped_ ? std::string("stopped") : "connection: " + ec.message());
@@ -195,6 +198,24 @@ std::expected<void, std::string> FrameMirror::Key(bool down, uint32_t keysym) {
   client_->KeyEvent(down, keysym);
   Flush();
   return {};
+}
+
+asio::awaitable<bool> FrameMirror::Sync(std::chrono::milliseconds timeout) {
+  auto self = shared_from_this();
+  if (!ready() || !client_->fences()) co_return false;
+  uint32_t id = ++fence_id_;
+  if (id == 0) id = ++fence_id_;  // 0 means "none answered"
+  client_->Fence(id);
+  Flush();
+  const uint64_t connection = connects_;
+  auto deadline = Clock::now() + timeout;
+  // Ids wrap; the server answers in order, so "answered" is "not behind id".
+  auto answered = [&] { return static_cast<int32_t>(client_->fence_answered() - id) >= 0; };
+  while (!stopped_ && client_ && connects_ == connection && !answered()) {
+    if (Clock::now() >= deadline) co_return false;
+    co_await WaitChange(deadline);
+  }
+  co_return !stopped_ && client_ && connects_ == connection;
 }
 
 asio::awaitable<std::expected<void, std::string>> FrameMirror::WaitReady(

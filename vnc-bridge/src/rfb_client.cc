@@ -16,6 +16,13 @@ namespace {
 constexpr int32_t kEncodingRaw = 0;
 constexpr int32_t kEncodingCopyRect = 1;
 constexpr int32_t kEncodingDesktopSize = -223;
+constexpr int32_t kEncodingFence = -312;
+constexpr uint8_t kMessageFence = 248;
+// Fence flags.
+constexpr uint32_t kFenceBlockBefore = 1u << 0;
+constexpr uint32_t kFenceBlockAfter = 1u << 1;
+constexpr uint32_t kFenceSyncNext = 1u << 2;
+constexpr uint32_t kFenceRequest = 1u << 31;
 
 uint16_t U16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] << 8 | p[1]);
@@ -58,11 +65,41 @@ void RfbClient::SendSetup() {
   Put16(out_, 255);
   out_.append({16, 8, 0, 0, 0, 0});  // shifts R, G, B + padding
   out_.append({2, 0});               // SetEncodings + padding
-  Put16(out_, 3);
+  Put16(out_, 4);
   Put32(out_, static_cast<uint32_t>(kEncodingRaw));
   Put32(out_, static_cast<uint32_t>(kEncodingCopyRect));
   Put32(out_, static_cast<uint32_t>(kEncodingDesktopSize));
+  Put32(out_, static_cast<uint32_t>(kEncodingFence));
   RequestUpdate(false);
+}
+
+bool RfbClient::Fence(uint32_t id) {
+  if (!ready_ || !fences_ || state_ == State::kFailed) return false;
+  out_.push_back(static_cast<char>(kMessageFence));
+  out_.append({0, 0, 0});
+  Put32(out_, kFenceRequest | kFenceBlockBefore);
+  out_.push_back(4);
+  Put32(out_, id);
+  return true;
+}
+
+void RfbClient::EndFence(std::span<const uint8_t> payload) {
+  state_ = State::kMessageType;
+  want_ = 1;
+  fences_ = true;
+  if (fence_flags_ & kFenceRequest) {
+    // Everything before it is already processed, and nothing after it has been: answer at once
+    // with the flags we honour, as RFB asks.
+    out_.push_back(static_cast<char>(kMessageFence));
+    out_.append({0, 0, 0});
+    Put32(out_, fence_flags_ & (kFenceBlockBefore | kFenceBlockAfter | kFenceSyncNext));
+    out_.push_back(static_cast<char>(payload.size()));
+    out_.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+    return;
+  }
+  // An answer to one of ours; anything else (no request was ever sent with another payload) is
+  // ignored.
+  if (payload.size() == 4) fence_answered_ = U32(payload.data());
 }
 
 void RfbClient::RequestUpdate(bool incremental) {
@@ -298,6 +335,10 @@ std::expected<void, std::string> RfbClient::Step() {
           state_ = State::kCutTextHeader;
           want_ = 7;
           return {};
+        case kMessageFence:
+          state_ = State::kFenceHeader;
+          want_ = 8;
+          return {};
         default:
           return fail(fmt::format("unknown server message type {}", b[0]));
       }
@@ -378,6 +419,22 @@ std::expected<void, std::string> RfbClient::Step() {
       want_ = 1;
       return {};
     }
+    case State::kFenceHeader: {
+      fence_flags_ = U32(b + 3);
+      uint8_t len = b[7];
+      if (len > kMaxFencePayload)
+        return fail(fmt::format("fence payload of {} bytes (at most {})", len, kMaxFencePayload));
+      if (len == 0) {
+        EndFence({});
+      } else {
+        state_ = State::kFencePayload;
+        want_ = len;
+      }
+      return {};
+    }
+    case State::kFencePayload:
+      EndFence(std::span<const uint8_t>(b, want_));
+      return {};
     default:
       return fail("internal: unexpected state");
   }

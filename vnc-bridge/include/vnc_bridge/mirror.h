@@ -72,6 +72,10 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   // Input, sent in order by one writer. Errors: not ready, or the guest stopped reading.
   std::expected<void, std::string> Pointer(uint8_t buttons, uint32_t x, uint32_t y);
   std::expected<void, std::string> Key(bool down, uint32_t keysym);
+  // Waits until the guest's RFB server has processed all input sent before (an RFB fence), at
+  // most `timeout`. False when it could not tell: the server does no fences, the connection
+  // changed, or the time ran out.
+  boost::asio::awaitable<bool> Sync(std::chrono::milliseconds timeout);
   Point pointer() const { return pointer_; }
   uint8_t buttons() const { return buttons_; }
 
@@ -116,6 +120,7 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   Point pointer_{};
   bool pointer_known_ = false;
   uint8_t buttons_ = 0;
+  uint32_t fence_id_ = 0;
 };
 
 }  // namespace deskbox::vnc_bridge

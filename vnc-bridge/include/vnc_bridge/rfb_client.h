@@ -11,7 +11,11 @@
 // the session with an error.
 //
 // It asks for 32-bit true colour, little-endian with red at bit 16 (in memory B, G, R, X: what
-// TurboJPEG calls BGRX), and the encodings Raw, CopyRect and the DesktopSize pseudo-encoding.
+// TurboJPEG calls BGRX), the encodings Raw and CopyRect, and the DesktopSize and Fence
+// pseudo-encodings. Fences (message 248) go both ways: the server's requests are answered at
+// once, in stream order; Fence() asks the server to answer once it has processed everything
+// sent before — how the mirror knows that a click has reached the X server before it sends the
+// next one of a double click.
 // Raw because the guest runs under TCG, where every byte Xvnc compresses costs emulated CPU,
 // while the link is a local tap. After the first whole-screen update it keeps exactly one
 // incremental update request outstanding, so each change in the guest arrives as soon as Xvnc
@@ -30,6 +34,7 @@ inline constexpr uint32_t kMaxScreenSide = 4096;
 inline constexpr uint32_t kMaxServerText = 1 << 20;  // cut text, reasons: skipped, at most this
 inline constexpr size_t kMaxDamageRects = 64;        // per update; beyond, their bounding box
 inline constexpr size_t kMaxPendingUpdates = 256;    // not yet taken; the oldest are dropped
+inline constexpr uint8_t kMaxFencePayload = 64;      // RFB's limit for a fence's payload
 
 struct Rect {
   uint32_t x = 0, y = 0, w = 0, h = 0;
@@ -74,6 +79,15 @@ class RfbClient {
   bool PointerEvent(uint8_t buttons, uint32_t x, uint32_t y);
   bool KeyEvent(bool down, uint32_t keysym);
 
+  // The server has shown that it does fences (it sent one).
+  bool fences() const { return fences_; }
+  // Queues a ClientFence (Request, BlockBefore) carrying `id`: the server answers once every
+  // message sent before it has taken effect. False, sending nothing, before ready() or when the
+  // server does not do fences.
+  bool Fence(uint32_t id);
+  // The id of the last fence of ours the server answered (0: none yet).
+  uint32_t fence_answered() const { return fence_answered_; }
+
  private:
   enum class State {
     kVersion,
@@ -92,6 +106,8 @@ class RfbClient {
     kColourMapEntries,
     kCutTextHeader,
     kCutText,
+    kFenceHeader,
+    kFencePayload,
     kFailed,
   };
   std::expected<void, std::string> Step();  // acts on a complete header in buf_
@@ -100,6 +116,7 @@ class RfbClient {
   void SendSetup();
   void RequestUpdate(bool incremental);
   void AddDamage(Rect r);
+  void EndFence(std::span<const uint8_t> payload);
 
   State state_ = State::kVersion;
   std::vector<uint8_t> buf_;  // header bytes not yet consumed (pixels are copied through)
@@ -121,6 +138,9 @@ class RfbClient {
   bool ready_ = false;
   uint64_t seq_ = 0;
   std::deque<Update> updates_;
+  bool fences_ = false;
+  uint32_t fence_flags_ = 0;  // of the fence being received
+  uint32_t fence_answered_ = 0;
 };
 
 }  // namespace deskbox::vnc_bridge
