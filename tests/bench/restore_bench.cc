@@ -142,6 +142,16 @@ Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const 
 
 // Makes a template copy whose state file is a full migration stream (RAM included).
 std::string MakeFullStreamTemplate(TestHost& host) {
+  // One left by a run that was killed: its process is gone.
+  const std::string prefix = host.env().template_name + "-fullstream-";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(host.env().cache_dir + "/templates", ec)) {
+    std::string n = e.path().filename().string();
+    if (!n.starts_with(prefix)) continue;
+    std::string pid = n.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!std::filesystem::exists("/proc/" + pid)) std::filesystem::remove_all(e.path(), ec);
+  }
   const auto& env = host.env();
   vmhost::SandboxManager m(host.io().get_executor(), host.jailer(), host.BaseConfig());
   if (auto s = m.Start(); !s) Die(s.error().message);

@@ -216,7 +216,8 @@ TEST_F(MirrorTest, WithoutFencesTheClicksOfADoubleClickAreStillPaced) {
     co_await Sleep(100ms);
     auto at = U16(3) + U16(4);
     std::string click = std::string{5, 1} + at + std::string{5, 0} + at;
-    EXPECT_NE(server_.received().find(std::string{5, 0} + at + click + click + click), std::string::npos);
+    EXPECT_NE(server_.received().find(std::string{5, 0} + at + click + click + click),
+              std::string::npos);
   });
 }
 

@@ -69,8 +69,8 @@ TEST(RfbClientTest, MirrorsTheScreenEvenWhenBytesComeOneByOne) {
   EXPECT_EQ(static_cast<uint8_t>(sent[18]), 32u);  // bits per pixel
   EXPECT_EQ(sent[34], 2);                          // SetEncodings
   // Raw, CopyRect, DesktopSize, Fence
-  EXPECT_EQ(sent.substr(38, 16), U32(0) + U32(1) + U32(static_cast<uint32_t>(-223)) +
-                                     U32(static_cast<uint32_t>(-312)));
+  EXPECT_EQ(sent.substr(38, 16),
+            U32(0) + U32(1) + U32(static_cast<uint32_t>(-223)) + U32(static_cast<uint32_t>(-312)));
   EXPECT_EQ(sent.substr(54, 10), (std::string{3, 0} + U16(0) + U16(0) + U16(4) + U16(2)));
   EXPECT_EQ(sent.substr(64, 10), (std::string{3, 1} + U16(0) + U16(0) + U16(4) + U16(2)));
   EXPECT_FALSE(c.fences());  // this server sent none
@@ -187,7 +187,8 @@ TEST(RfbClientTest, AnswersTheServersFencesAndTracksItsOwn) {
   EXPECT_EQ(c.fence_answered(), 0u);
   ASSERT_TRUE(c.Fence(7));
   EXPECT_EQ(c.TakeOutput(), Fence(0x80000001u, U32(7)));
-  ASSERT_TRUE(c.Feed(Bytes(Update(RectHeader(0, 0, 1, 1) + Pixels(0, 0, 1, 1), 1) + Fence(0x1, U32(7)))));
+  ASSERT_TRUE(
+      c.Feed(Bytes(Update(RectHeader(0, 0, 1, 1) + Pixels(0, 0, 1, 1), 1) + Fence(0x1, U32(7)))));
   EXPECT_EQ(c.fence_answered(), 7u);
   EXPECT_EQ(c.seq(), 2u);
   // An answer that is not one of ours (another payload size) changes nothing.
