@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   vm.tb_size_mib = config.tb_size_mib;
   vm.max_concurrent_refreshes = config.browser_refreshes;
   vm.trim_idle_after = std::chrono::seconds(config.trim_idle_after_s);
+  vm.trim_regrown_mib = config.trim_regrown_mib;
   vm.max_slots = config.max_sandboxes + config.warm_pool + config.prestart_pool + config.netns_pool;
   vm.warm_pool = config.warm_pool;
   vm.prestart_pool = config.prestart_pool;

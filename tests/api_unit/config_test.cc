@@ -37,6 +37,21 @@ TEST(ConfigTest, IdleTrimDelay) {
   EXPECT_EQ(c->config.trim_idle_after_s, 120u);
 }
 
+TEST(ConfigTest, RetrimMark) {
+  auto c = ParseConfig({}, {});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_regrown_mib, 64u);
+  c = ParseConfig({"--trim-regrown-mib", "0"}, {{"DESKBOX_TRIM_REGROWN_MIB", "96"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_regrown_mib, 0u);
+  c = ParseConfig({}, {{"DESKBOX_TRIM_REGROWN_MIB", "96"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.trim_regrown_mib, 96u);
+  c = ParseConfig({"--trim-regrown-mib", "4096"}, {});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().find("--trim-regrown-mib"), std::string::npos) << c.error();
+}
+
 TEST(ConfigTest, BrowserRefreshesAtOnce) {
   auto c = ParseConfig({}, {});
   ASSERT_TRUE(c) << c.error();

@@ -748,6 +748,7 @@ JailerServer::Reply JailerServer::TrimTranslationCache(const jailer::v1::TrimTra
   CacheState st = ReadCacheState(pid, config_.tcg_trim_plugin);
   result->set_resident_before_kib(st.resident_kib);
   if (!st.plugin) return reply;  // KVM, or no plugin: nothing to do
+  if (r.above_kib() > 0 && st.resident_kib <= r.above_kib()) return reply;  // small enough
   if (::kill(pid, SIGUSR2) != 0)
     return Fail(errno,
                 fmt::format("slot {}: signalling its QEMU: {}", r.slot(), ErrnoString(errno)));

@@ -65,8 +65,7 @@ std::expected<void, VmError> SandboxManager::Start() {
   if (!l) return l;
   refill_started_ = true;
   asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
-  if (accelerator_ == "tcg" && config_.trim_idle_after.count() > 0)
-    asio::co_spawn(executor_, TrimLoop(alive_), asio::detached);
+  StartTrimLoop();
   return {};
 }
 
@@ -182,8 +181,7 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
   }
   refill_started_ = true;
   asio::co_spawn(executor_, RefillLoop(alive_), asio::detached);
-  if (accelerator_ == "tcg" && config_.trim_idle_after.count() > 0)
-    asio::co_spawn(executor_, TrimLoop(alive_), asio::detached);
+  StartTrimLoop();
   co_return results;
 }
 
@@ -916,30 +914,33 @@ constexpr std::chrono::seconds kTrimSettle{10};
 
 }  // namespace
 
-asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox& sb) {
+asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox& sb, uint64_t above_kib) {
   jailer::v1::Request req;
   req.mutable_trim_translation_cache()->set_slot(sb.slot);
+  req.mutable_trim_translation_cache()->set_above_kib(above_kib);
+  sb.trim_looked_at = std::chrono::steady_clock::now();
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) co_return std::unexpected(r.error());
   const auto& t = r->response.trim();
+  sb.trimmed = true;
   if (t.trimmable()) {
     ++sb.trims;
     ++trims_total_;
+    // The guest now translates again what it runs: that burst is the trim's, not the user's.
+    sb.trim_settles_at = std::chrono::steady_clock::now() + kTrimSettle;
   }
-  sb.trimmed = true;
-  // The guest now translates again what it runs: that burst is the trim's, not the user's.
-  sb.trim_settles_at = std::chrono::steady_clock::now() + kTrimSettle;
   co_return TrimStats{t.trimmable(), t.resident_before_kib()};
 }
 
-asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::TrimTranslationCache(const std::string& id) {
+asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::TrimTranslationCache(const std::string& id,
+                                                                                       uint64_t above_kib) {
   auto sb = Find(id);
   if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
   // Not a paused one: its vCPUs idle only once it is resumed, and it would be trimmed just as
   // it is used again.
   if (sb->state != SandboxState::kRunning)
     co_return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is {}", id, ToString(sb->state))});
-  co_return co_await Trim(*sb);
+  co_return co_await Trim(*sb, above_kib);
 }
 
 namespace {
@@ -959,10 +960,25 @@ double ProcessCpuSeconds(int pid) {
 }
 }  // namespace
 
+void SandboxManager::StartTrimLoop() {
+  if (trim_loop_running_ || accelerator_ != "tcg" || config_.trim_idle_after.count() == 0) return;
+  trim_loop_running_ = true;
+  asio::co_spawn(executor_, TrimLoop(alive_), asio::detached);
+}
+
+void SandboxManager::SetIdleTrim(std::chrono::seconds after, uint32_t regrown_mib) {
+  config_.trim_idle_after = after;
+  config_.trim_regrown_mib = regrown_mib;
+  if (refill_started_) StartTrimLoop();
+}
+
 asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
-  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::seconds(5), config_.trim_idle_after);
   while (true) {
-    co_await Sleep(tick);
+    if (config_.trim_idle_after.count() == 0) {  // turned off (SetIdleTrim)
+      trim_loop_running_ = false;
+      co_return;
+    }
+    co_await Sleep(std::min<std::chrono::milliseconds>(std::chrono::seconds(5), config_.trim_idle_after));
     if (!*alive || shutting_down_) co_return;
     // Not the warm pool's: a trimmed spare would be handed out with its code still to translate,
     // which is what the warm pool is there to have done already.
@@ -990,12 +1006,18 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
         sb->trimmed = false;
         continue;
       }
-      if (sb->trimmed || now - sb->idle_since < config_.trim_idle_after) continue;
-      auto r = co_await Trim(*sb);
+      if (now - sb->idle_since < config_.trim_idle_after) continue;
+      // Trimmed and idle since: again only once its cache has grown back past the mark.
+      uint64_t above_kib = 0;
+      if (sb->trimmed) {
+        if (config_.trim_regrown_mib == 0 || now - sb->trim_looked_at < config_.trim_idle_after) continue;
+        above_kib = uint64_t{config_.trim_regrown_mib} << 10;
+      }
+      auto r = co_await Trim(*sb, above_kib);
       if (!*alive) co_return;
       if (!r) {
         log::Warn(kLog, "slot {}: trimming its translation cache: {}", sb->slot, r.error().message);
-        sb->trimmed = true;  // not again until it has been busy
+        sb->trimmed = true;  // looked at again after trim_idle_after, as a trimmed one
       } else if (r->trimmable) {
         log::Debug(kLog, "slot {}: idle, trimming its translation cache ({} MiB in memory)",
                    sb->slot, r->resident_before_kib >> 10);

@@ -61,6 +61,11 @@ struct VmHostConfig {
   // never.
   std::chrono::seconds trim_idle_after{60};
   double trim_idle_cpu = 0.15;
+  // A trimmed sandbox that stays idle still translates new code (Chromium's timers, the
+  // kernel's page reuse): its cache grew from 40 MiB 15 s after a trim to 85 MiB after 5
+  // minutes, and would grow until it filled the whole tb-size. So it is looked at again every
+  // trim_idle_after and trimmed again once the cache holds more than this. 0: never while idle.
+  uint32_t trim_regrown_mib = 64;
 };
 
 // What a translation-cache trim request found: whether the sandbox's QEMU can trim (it runs
@@ -103,6 +108,7 @@ class Sandbox {
   double cpu_seconds = -1;                     // QEMU's CPU time at the last look
   std::chrono::steady_clock::time_point cpu_at, idle_since;
   std::chrono::steady_clock::time_point trim_settles_at;  // its CPU does not count as busy before
+  std::chrono::steady_clock::time_point trim_looked_at;   // last trim request, signalled or not
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.
@@ -171,7 +177,13 @@ class SandboxManager {
   boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id);
   // Asks the sandbox's QEMU to drop its translation cache from memory (done when a vCPU next
   // idles, within moments on a desktop at rest; the idle trimming does it by itself).
-  boost::asio::awaitable<std::expected<TrimStats, VmError>> TrimTranslationCache(const std::string& id);
+  // above_kib > 0: only if the cache holds more than that in memory (TrimStats::trimmable
+  // false otherwise).
+  boost::asio::awaitable<std::expected<TrimStats, VmError>> TrimTranslationCache(const std::string& id,
+                                                                                 uint64_t above_kib = 0);
+  // Changes the idle trimming while running (VmHostConfig::trim_idle_after, trim_regrown_mib);
+  // 0 s stops it.
+  void SetIdleTrim(std::chrono::seconds after, uint32_t regrown_mib);
   std::shared_ptr<Sandbox> Find(const std::string& id) const;
   std::vector<std::shared_ptr<Sandbox>> List() const;
   PoolStats Stats() const;
@@ -243,7 +255,9 @@ class SandboxManager {
   boost::asio::awaitable<void> RefillLoop(std::shared_ptr<bool> alive);
   // Trims the translation cache of handed-out sandboxes that idle (not the warm pool's).
   boost::asio::awaitable<void> TrimLoop(std::shared_ptr<bool> alive);
-  boost::asio::awaitable<std::expected<TrimStats, VmError>> Trim(Sandbox& sb);
+  void StartTrimLoop();
+  // above_kib > 0: only if the cache holds more than that.
+  boost::asio::awaitable<std::expected<TrimStats, VmError>> Trim(Sandbox& sb, uint64_t above_kib = 0);
   void WatchQemu(const std::shared_ptr<Sandbox>& sb);
   void KickRefill();
   std::string NewId();
@@ -263,6 +277,7 @@ class SandboxManager {
   bool refilling_ = false;
   bool started_ = false;
   bool refill_started_ = false;
+  bool trim_loop_running_ = false;
   bool refill_exited_ = false;
   bool shutting_down_ = false;
   TransitionObserver observer_;
