@@ -241,7 +241,8 @@ def main():
             page.close()
         for i in range(args.idle_clicks):
             if i > 0:
-                # A sandbox is trimmed again only after it has been busy: work for 6 s first.
+                # Work for 6 s first: a busy spell makes the next trim a full one (a sandbox
+                # that stayed idle is trimmed again only once its cache passes the mark).
                 dbx.post(f"/v1/sandboxes/{sid}/exec", json={
                     "shell": "timeout 6 sh -c 'while :; do :; done' || true", "timeout_s": 30}, timeout=60)
             before = dbx.metric_value("deskbox_translation_cache_trims_total") or 0

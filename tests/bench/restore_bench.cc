@@ -2,11 +2,13 @@
 // beside a full-stream restore and a cold boot measured in the same run, with ratios; idle PSS
 // and CPU per sandbox; how many idle sandboxes stay alive and answering.
 //
-//   restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] [--only PART[,PART…]]
+//   restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] [--steady-mark-mib N]
+//                 [--only PART[,PART…]]
 // --quick: 3 runs per path (2 full-stream), one cold boot, 3 sandboxes for the alive check, 3
 //          minutes of the idle trimming as deployed (what CI runs).
 // --steady-minutes: how long the idle sandboxes run with the manager's own idle trimming (60 s
-//          idle, trimmed again past 64 MiB), PSS sampled every 30 s (default 10; 0: not measured).
+//          idle, trimmed again past the mark), PSS sampled every 30 s (default 10; 0: not measured).
+// --steady-mark-mib: the mark for that window (default: deskboxd's default, VmHostConfig's).
 // --only: measure only these parts (warm, prestarted, nothing, full, boot, idle); ratios need their
 //         baselines, so they are printed only when both sides were measured.
 #include <sys/stat.h>
@@ -296,15 +298,17 @@ int main(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   bool quick = false;
   int runs = 20, alive_target = 16, steady_minutes = 10;
+  int steady_mark_mib = static_cast<int>(vmhost::VmHostConfig{}.trim_regrown_mib);
   const std::vector<std::string> kParts = {"warm", "prestarted", "nothing", "full", "boot", "idle"};
   std::vector<std::string> parts = kParts;
   const char* usage =
-      "usage: restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] "
+      "usage: restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] [--steady-mark-mib N] "
       "[--only warm,prestarted,nothing,full,boot,idle]";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") { quick = true; runs = 3; alive_target = 3; steady_minutes = 3; }
     else if (a == "--steady-minutes" && i + 1 < argc) steady_minutes = std::atoi(argv[++i]);
+    else if (a == "--steady-mark-mib" && i + 1 < argc) steady_mark_mib = std::atoi(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--alive" && i + 1 < argc) alive_target = std::atoi(argv[++i]);
     else if (a == "--only" && i + 1 < argc) {
@@ -316,7 +320,7 @@ int Bench(int argc, char** argv) {
       }
     } else Die(usage);
   }
-  if (runs < 1 || alive_target < 0 || steady_minutes < 0) Die(usage);
+  if (runs < 1 || alive_target < 0 || steady_minutes < 0 || steady_mark_mib < 0) Die(usage);
   auto want = [&](const char* p) { return std::ranges::find(parts, p) != parts.end(); };
   TestHost host;
   if (auto s = host.Start(); !s) Die(s.error());
@@ -456,7 +460,7 @@ int Bench(int argc, char** argv) {
     wake_trimmed = measure_wake();
   }
   // The idle trimming as deployed, over a window: the manager's own loop (trimmed after 60 s
-  // idle, again once the cache has grown back past 64 MiB), which is what keeps an idle
+  // idle, again once the cache has grown back past the mark), which is what keeps an idle
   // sandbox's memory down for longer than the moments after one trim. PSS sampled every 30 s.
   struct Steady {
     Idle mean;
@@ -469,9 +473,15 @@ int Bench(int argc, char** argv) {
     std::vector<double> cpu0;
     for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
     auto t0 = Clock::now();
-    m.SetIdleTrim(60s, 64);
+    m.SetIdleTrim(60s, static_cast<uint32_t>(steady_mark_mib));
     for (auto end = t0 + std::chrono::minutes(steady_minutes); Clock::now() < end;) {
-      std::this_thread::sleep_for(30s);
+      // The manager's loop runs on host.io(), which runs only inside host.Run().
+      host.Run([]() -> asio::awaitable<bool> {
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        t.expires_after(30s);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return true;
+      }(), 60s);
       Idle sample;
       for (auto& sb : alive) {
         auto parts = PssBreakdown(sb->qemu_pid);
@@ -571,7 +581,9 @@ int Bench(int argc, char** argv) {
     row("right after a trim", wake_trimmed);
   }
   if (steady.samples > 0) {
-    print_idle(fmt::format("idle trimming as deployed, {} min, mean of {} samples", steady_minutes, steady.samples).c_str(),
+    print_idle(fmt::format("idle trimming as deployed (mark {} MiB), {} min, mean of {} samples", steady_mark_mib,
+                           steady_minutes, steady.samples)
+                   .c_str(),
                steady.mean);
     std::printf("  PSS per sandbox over the window %.0f..%.0f MiB; %llu trims (%.1f per sandbox); "
                 "PSS untrimmed / as deployed = %.2fx\n",

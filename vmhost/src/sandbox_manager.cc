@@ -1021,6 +1021,9 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
       } else if (r->trimmable) {
         log::Debug(kLog, "slot {}: idle, trimming its translation cache ({} MiB in memory)",
                    sb->slot, r->resident_before_kib >> 10);
+      } else if (above_kib > 0) {
+        log::Debug(kLog, "slot {}: idle, translation cache {} MiB, under the {} MiB mark", sb->slot,
+                   r->resident_before_kib >> 10, above_kib >> 10);
       }
     }
   }
