@@ -156,7 +156,7 @@ const std::vector<Setting>& Settings() {
        "under TCG, hand an idle sandbox's translation cache back to the host after this long idle, 0..86400 (default 60; 0: never)",
        Number(&DaemonConfig::trim_idle_after_s, 0, 86400)},
       {"--trim-regrown-mib", "DESKBOX_TRIM_REGROWN_MIB", "MIB",
-       "trim a sandbox that stayed idle again once its translation cache has grown back past this, 0..2048 (default 64; 0: never)",
+       "trim a sandbox that stayed idle again once its translation cache has grown back past this, 0..2048 (default 48; 0: never)",
        Number(&DaemonConfig::trim_regrown_mib, 0, 2048)},
       {"--default-timeout", "DESKBOX_DEFAULT_TIMEOUT_S", "SECONDS", "timeout of a sandbox created without one (default 3600)",
        Number(&DaemonConfig::default_timeout_s, 1, 7 * 24 * 3600)},

@@ -40,7 +40,7 @@ TEST(ConfigTest, IdleTrimDelay) {
 TEST(ConfigTest, RetrimMark) {
   auto c = ParseConfig({}, {});
   ASSERT_TRUE(c) << c.error();
-  EXPECT_EQ(c->config.trim_regrown_mib, 64u);
+  EXPECT_EQ(c->config.trim_regrown_mib, 48u);
   c = ParseConfig({"--trim-regrown-mib", "0"}, {{"DESKBOX_TRIM_REGROWN_MIB", "96"}});
   ASSERT_TRUE(c) << c.error();
   EXPECT_EQ(c->config.trim_regrown_mib, 0u);

@@ -32,7 +32,7 @@ struct DaemonConfig {
   uint32_t tb_size_mib = vmhost::kDefaultTbSizeMib;
   uint32_t browser_refreshes = 0;  // at once after hand-outs; 0: host CPUs / guest vCPUs
   uint32_t trim_idle_after_s = 60;  // idle sandboxes' translation cache back to the host; 0: never
-  uint32_t trim_regrown_mib = 64;   // trimmed and still idle: again once the cache is this big
+  uint32_t trim_regrown_mib = 48;   // trimmed and still idle: again once the cache is this big
   uint32_t default_timeout_s = 3600;
   uint32_t max_timeout_s = 7 * 24 * 3600;
   bool destroy_on_exit = false;

@@ -65,7 +65,9 @@ struct VmHostConfig {
   // kernel's page reuse): its cache grew from 40 MiB 15 s after a trim to 85 MiB after 5
   // minutes, and would grow until it filled the whole tb-size. So it is looked at again every
   // trim_idle_after and trimmed again once the cache holds more than this. 0: never while idle.
-  uint32_t trim_regrown_mib = 64;
+  // 48, not 64: idle desktops settle at 52–56 MiB and were never trimmed again under 64; with 48,
+  // 16 idle sandboxes averaged 145 MiB PSS over 10 minutes instead of 166 (docs/benchmarks.md).
+  uint32_t trim_regrown_mib = 48;
 };
 
 // What a translation-cache trim request found: whether the sandbox's QEMU can trim (it runs
