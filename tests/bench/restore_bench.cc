@@ -26,6 +26,7 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "common/files.h"
 #include "common/process.h"
@@ -237,13 +238,6 @@ double MeasureColdBoot(TestHost& host, const vmhost::v1::TemplateManifest& mf) {
   return ms;
 }
 
-uint64_t PssKb(int pid) {
-  auto s = ReadFile("/proc/" + std::to_string(pid) + "/smaps_rollup", 1 << 16);
-  if (!s) return 0;
-  auto p = s->find("\nPss:");
-  return p == std::string::npos ? 0 : std::strtoull(s->c_str() + p + 5, nullptr, 10);
-}
-
 // Where a QEMU's PSS is (KiB): TCG's translation cache (its anonymous rwx code buffer, which a
 // KVM guest does not have), the guest RAM mapping of the template's RAM file (pages the guest
 // wrote are private copies; the rest is page cache shared by every clone), and the rest.
@@ -393,26 +387,44 @@ int Bench(int argc, char** argv) {
   if (!alive.empty()) std::this_thread::sleep_for(quick ? 15s : 30s);
   struct Idle {
     double pss = 0, code = 0, ram = 0, ram_private = 0, cpu = 0;  // MiB and cores, per sandbox
+    void Add(const Idle& o, double scale = 1) {
+      pss += o.pss * scale;
+      code += o.code * scale;
+      ram += o.ram * scale;
+      ram_private += o.ram_private * scale;
+      cpu += o.cpu * scale;
+    }
+  };
+  // The sandboxes' QEMUs' CPU seconds now, and their mean use of a core since then.
+  auto cpu_now = [&]() {
+    std::vector<double> v;
+    for (auto& s : alive) v.push_back(CpuSeconds(s->qemu_pid));
+    return v;
+  };
+  auto cores_since = [&](const std::vector<double>& cpu0, Clock::time_point t0) {
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count(), cores = 0;
+    for (size_t i = 0; i < alive.size(); ++i) cores += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
+    return cores / static_cast<double>(alive.size());
+  };
+  // PSS split now, averaged over the sandboxes (cpu left 0).
+  auto memory_now = [&]() {
+    Idle r;
+    for (auto& sb : alive) {
+      auto parts = PssBreakdown(sb->qemu_pid);
+      r.Add(Idle{parts.total / 1024.0, parts.code / 1024.0, parts.ram / 1024.0, parts.ram_private / 1024.0, 0},
+            1.0 / static_cast<double>(alive.size()));
+    }
+    return r;
   };
   // PSS split and CPU over 10 s, averaged over the sandboxes.
   auto measure_idle = [&]() {
-    Idle r;
-    if (alive.empty()) return r;
-    std::vector<double> cpu0;
-    for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
+    if (alive.empty()) return Idle{};
+    auto cpu0 = cpu_now();
     auto t0 = Clock::now();
     std::this_thread::sleep_for(10s);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t i = 0; i < alive.size(); ++i) {
-      r.pss += PssKb(alive[i]->qemu_pid) / 1024.0;
-      auto parts = PssBreakdown(alive[i]->qemu_pid);
-      r.code += parts.code / 1024.0;
-      r.ram += parts.ram / 1024.0;
-      r.ram_private += parts.ram_private / 1024.0;
-      r.cpu += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
-    }
-    double n = static_cast<double>(alive.size());
-    return Idle{r.pss / n, r.code / n, r.ram / n, r.ram_private / n, r.cpu / n};
+    Idle r = memory_now();
+    r.cpu = cores_since(cpu0, t0);
+    return r;
   };
   // How long an idle sandbox takes to answer RFB and CDP again (the readiness probe of a create).
   auto measure_wake = [&]() {
@@ -470,8 +482,7 @@ int Bench(int argc, char** argv) {
   } steady;
   if (!alive.empty() && steady_minutes > 0) {
     uint64_t trims0 = m.Stats().trims_total;
-    std::vector<double> cpu0;
-    for (auto& s : alive) cpu0.push_back(CpuSeconds(s->qemu_pid));
+    auto cpu0 = cpu_now();
     auto t0 = Clock::now();
     m.SetIdleTrim(60s, static_cast<uint32_t>(steady_mark_mib));
     for (auto end = t0 + std::chrono::minutes(steady_minutes); Clock::now() < end;) {
@@ -482,30 +493,16 @@ int Bench(int argc, char** argv) {
         co_await t.async_wait(asio::use_awaitable);
         co_return true;
       }(), 60s);
-      Idle sample;
-      for (auto& sb : alive) {
-        auto parts = PssBreakdown(sb->qemu_pid);
-        sample.pss += PssKb(sb->qemu_pid) / 1024.0;
-        sample.code += parts.code / 1024.0;
-        sample.ram += parts.ram / 1024.0;
-        sample.ram_private += parts.ram_private / 1024.0;
-      }
-      double k = static_cast<double>(alive.size());
-      sample = Idle{sample.pss / k, sample.code / k, sample.ram / k, sample.ram_private / k, 0};
+      Idle sample = memory_now();
       steady.pss_min = steady.samples ? std::min(steady.pss_min, sample.pss) : sample.pss;
       steady.pss_max = std::max(steady.pss_max, sample.pss);
-      steady.mean.pss += sample.pss;
-      steady.mean.code += sample.code;
-      steady.mean.ram += sample.ram;
-      steady.mean.ram_private += sample.ram_private;
+      steady.mean.Add(sample);
       ++steady.samples;
     }
     m.SetIdleTrim(0s, 0);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    double k = std::max(1, steady.samples);
-    steady.mean = Idle{steady.mean.pss / k, steady.mean.code / k, steady.mean.ram / k, steady.mean.ram_private / k, 0};
-    for (size_t i = 0; i < alive.size(); ++i) steady.mean.cpu += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
-    steady.mean.cpu /= static_cast<double>(alive.size());
+    Idle sum = std::exchange(steady.mean, Idle{});
+    steady.mean.Add(sum, 1.0 / std::max(1, steady.samples));
+    steady.mean.cpu = cores_since(cpu0, t0);
     steady.trims = m.Stats().trims_total - trims0;
   }
   int answering = 0;

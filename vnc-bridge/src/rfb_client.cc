@@ -73,13 +73,19 @@ void RfbClient::SendSetup() {
   RequestUpdate(false);
 }
 
-bool RfbClient::Fence(uint32_t id) {
-  if (!ready_ || !fences_ || state_ == State::kFailed) return false;
+void RfbClient::WriteFence(uint32_t flags, std::span<const uint8_t> payload) {
   out_.push_back(static_cast<char>(kMessageFence));
   out_.append({0, 0, 0});
-  Put32(out_, kFenceRequest | kFenceBlockBefore);
-  out_.push_back(4);
-  Put32(out_, id);
+  Put32(out_, flags);
+  out_.push_back(static_cast<char>(payload.size()));
+  out_.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+}
+
+bool RfbClient::Fence(uint32_t id) {
+  if (!ready_ || !fences_ || state_ == State::kFailed) return false;
+  const uint8_t payload[4] = {static_cast<uint8_t>(id >> 24), static_cast<uint8_t>(id >> 16),
+                              static_cast<uint8_t>(id >> 8), static_cast<uint8_t>(id)};
+  WriteFence(kFenceRequest | kFenceBlockBefore, payload);
   return true;
 }
 
@@ -90,11 +96,7 @@ void RfbClient::EndFence(std::span<const uint8_t> payload) {
   if (fence_flags_ & kFenceRequest) {
     // Everything before it is already processed, and nothing after it has been: answer at once
     // with the flags we honour, as RFB asks.
-    out_.push_back(static_cast<char>(kMessageFence));
-    out_.append({0, 0, 0});
-    Put32(out_, fence_flags_ & (kFenceBlockBefore | kFenceBlockAfter | kFenceSyncNext));
-    out_.push_back(static_cast<char>(payload.size()));
-    out_.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+    WriteFence(fence_flags_ & (kFenceBlockBefore | kFenceBlockAfter | kFenceSyncNext), payload);
     return;
   }
   // An answer to one of ours; anything else (no request was ever sent with another payload) is

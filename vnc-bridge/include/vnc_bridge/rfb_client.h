@@ -117,6 +117,7 @@ class RfbClient {
   void RequestUpdate(bool incremental);
   void AddDamage(Rect r);
   void EndFence(std::span<const uint8_t> payload);
+  void WriteFence(uint32_t flags, std::span<const uint8_t> payload);  // a ClientFence
 
   State state_ = State::kVersion;
   std::vector<uint8_t> buf_;  // header bytes not yet consumed (pixels are copied through)
