@@ -141,7 +141,7 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
               "create_path, create_ms, owner, display, browser_refreshing) "
               "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving sandbox"));
-  s.Text(1, r.id).Text(2, r.state).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
+  s.Text(1, r.id).Text(2, std::string(vmhost::ToString(r.state))).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
   s.Int(6, r.width).Int(7, r.height).Int(8, r.timeout_s).Text(9, r.on_timeout).Int(10, r.expires_at_ms);
   s.Int(11, r.created_at_ms).Int(12, r.updated_at_ms).Int(13, r.stopped_at_ms).Text(14, r.metadata_json);
   s.Text(15, r.egress_json).Text(16, r.failure).Text(17, r.create_path).Real(18, r.create_ms).Text(19, r.owner);
@@ -162,7 +162,9 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
   while ((rc = s.Step()) == SQLITE_ROW) {
     SandboxRecord r;
     r.id = s.ColText(0);
-    r.state = s.ColText(1);
+    auto state = vmhost::ParseSandboxState(s.ColText(1));
+    if (!state) return std::unexpected(fmt::format("sandbox {} has an unknown state '{}' in the database", r.id, s.ColText(1)));
+    r.state = *state;
     r.template_name = s.ColText(2);
     r.slot = static_cast<uint32_t>(s.ColInt(3));
     r.qemu_pid = static_cast<int>(s.ColInt(4));

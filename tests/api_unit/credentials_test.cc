@@ -129,7 +129,7 @@ TEST(StoreTest, RefusesAnotherSchemaVersion) {
     ASSERT_TRUE(s);
     SandboxRecord r;
     r.id = "sb-1";
-    r.state = "running";
+    r.state = vmhost::SandboxState::kRunning;
     r.metadata_json = R"({"k":"v"})";
     ASSERT_TRUE((*s)->PutSandbox(r));
     auto all = (*s)->LoadSandboxes();

@@ -13,6 +13,13 @@ std::string_view ToString(SandboxState s) {
   return "unknown";
 }
 
+std::optional<SandboxState> ParseSandboxState(std::string_view name) {
+  for (auto s : {SandboxState::kCreating, SandboxState::kRunning, SandboxState::kPaused, SandboxState::kFailed,
+                 SandboxState::kStopped})
+    if (ToString(s) == name) return s;
+  return std::nullopt;
+}
+
 bool CanTransition(SandboxState from, SandboxState to) {
   using S = SandboxState;
   if (from == S::kStopped) return false;  // terminal

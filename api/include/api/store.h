@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "common/sha256.h"
+#include "vmhost/sandbox.h"
 
 namespace deskbox::api {
 
 struct SandboxRecord {
   std::string id;
-  std::string state;  // creating, running, paused, failed, stopped
+  vmhost::SandboxState state = vmhost::SandboxState::kCreating;  // stored by its name
   std::string template_name;
   uint32_t slot = 0;
   int qemu_pid = 0;

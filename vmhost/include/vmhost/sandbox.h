@@ -10,6 +10,7 @@
 // are released as soon as the failure is seen, the record stays for the owner to read.
 // stopped: destroyed, nothing left on the host.
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace deskbox::vmhost {
@@ -17,6 +18,8 @@ namespace deskbox::vmhost {
 enum class SandboxState : uint8_t { kCreating, kRunning, kPaused, kFailed, kStopped };
 
 std::string_view ToString(SandboxState s);
+// The state a name (as ToString gives it) stands for.
+std::optional<SandboxState> ParseSandboxState(std::string_view name);
 bool CanTransition(SandboxState from, SandboxState to);
 
 }  // namespace deskbox::vmhost

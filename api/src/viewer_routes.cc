@@ -1,5 +1,5 @@
-// The live view: /vnc (RFB over WebSocket, through the ViewerBridge), /view (the noVNC page) and
-// /view/novnc/... (noVNC's modules, from the operator's noVNC install).
+#include "viewer_routes.h"
+
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -7,11 +7,11 @@
 #include <sstream>
 
 #include "common/log.h"
-#include "service_internal.h"
 
 namespace deskbox::api {
 
 namespace asio = boost::asio;
+using boost::beast::http::verb;
 using namespace std::chrono_literals;
 
 namespace {
@@ -29,7 +29,8 @@ bool IsAssetPath(std::string_view path) {
     auto seg = path.substr(start, end - start);
     if (seg.empty() || seg.front() == '.') return false;
     for (char ch : seg)
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-') return false;
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '.' && ch != '_' && ch != '-')
+        return false;
     start = end + 1;
   }
   return true;
@@ -39,12 +40,23 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   for (char ch : s) {
     switch (ch) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
@@ -100,42 +112,79 @@ connect();
 
 }  // namespace
 
-asio::awaitable<HttpResponse> ApiService::ViewerSocket(Call& c) {
-  auto rec = FindRecord(c.id);
+ViewerRoutes::ViewerRoutes(ApiContext& ctx)
+    : ctx_(ctx),
+      viewers_(std::make_unique<vnc_bridge::ViewerBridge>(
+          ctx.executor, [this](const std::string& id) { return DialRfb(id); }, ctx.events)) {}
+
+void ViewerRoutes::Register(Router& router) {
+  using S = Scope;
+  // Browsers open these by URL, so the token comes in the query; the page's WebSocket and
+  // modules use the cookie the page sets.
+  router.Add({.method = verb::get,
+              .pattern = "/v1/sandboxes/{id}/vnc",
+              .access = Access::Tokens({S::kView, S::kControl}).InQuery().InCookie(),
+              .handler = [this](Call& c) { return ViewerSocket(c); }});
+  router.Add({.method = verb::get,
+              .pattern = "/v1/sandboxes/{id}/view",
+              .access = Access::Tokens({S::kView, S::kControl}).InQuery(),
+              .handler = [this](Call& c) { return ViewerPage(c); }});
+  router.Add({.method = verb::get,
+              .pattern = "/v1/sandboxes/{id}/view/novnc/{path}",
+              .access = Access::Tokens({S::kView, S::kControl}).InCookie(),
+              .handler = [this](Call& c) { return ViewerAsset(c); }});
+}
+
+void ViewerRoutes::OnSandboxState(const SandboxRecord& r, vmhost::SandboxState) {
+  if (r.state == vmhost::SandboxState::kRunning) return;
+  viewers_->CloseSandbox(r.id, fmt::format("sandbox {}", vmhost::ToString(r.state)));
+}
+
+Reply ViewerRoutes::ViewerSocket(Call& c) {
+  auto rec = ctx_.sandboxes.Get(c.id);
   if (!rec) co_return rec.error();
   if (!boost::beast::iequals(c.ex.header("Upgrade"), "websocket"))
-    co_return Error(400, "invalid_request", "this is a WebSocket endpoint (RFB over WebSocket, for noVNC)");
-  if ((*rec)->state != "running")
-    co_return Error(409, "invalid_state", fmt::format("sandbox {} is {}; its screen is not reachable", c.id, (*rec)->state));
-  bool may_control = c.principal.kind == Principal::Kind::kApiKey || c.principal.scope == Scope::kControl;
-  recorder::v1::Actor actor = ActorOf(c);
+    co_return Error(400, "invalid_request",
+                    "this is a WebSocket endpoint (RFB over WebSocket, for noVNC)");
+  if ((*rec)->state != vmhost::SandboxState::kRunning)
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {}; its screen is not reachable", c.id,
+                                vmhost::ToString((*rec)->state)));
+  bool may_control =
+      c.principal.kind == Principal::Kind::kApiKey || c.principal.scope == Scope::kControl;
+  recorder::v1::Actor actor = c.Actor();
   actor.set_kind(recorder::v1::Actor::HUMAN);
   HttpResponse r;
   r.status = 101;
   std::string id = c.id, request_id = c.request_id;
-  TokenExpiryWatch expiry(c.principal);
+  TokenExpiryWatch expiry(c.principal, ctx_.clock);
   r.upgrade = [this, id, actor, may_control, request_id, expiry](
                   boost::beast::tcp_stream stream,
-                  boost::beast::http::request<boost::beast::http::buffer_body> req) -> asio::awaitable<void> {
-    auto watch = expiry.Start(stream.get_executor(),
-                              [this](const std::string& token) { viewers_->CloseActor(token, "the token expired"); });
+                  boost::beast::http::request<boost::beast::http::buffer_body> req)
+      -> asio::awaitable<void> {
+    auto watch = expiry.Start(stream.get_executor(), [this](const std::string& token) {
+      viewers_->CloseActor(token, "the token expired");
+    });
     co_await viewers_->Run(std::move(stream), std::move(req), id, actor, may_control, request_id);
   };
   co_return r;
 }
 
-asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ApiService::DialRfb(const std::string& id) {
-  auto sb = manager_.Find(id);
-  if (!sb || sb->state != vmhost::SandboxState::kRunning) co_return std::unexpected(std::string("the sandbox is not running"));
-  auto s = co_await manager_.ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
+asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ViewerRoutes::DialRfb(
+    const std::string& id) {
+  auto sb = ctx_.manager.Find(id);
+  if (!sb || sb->state != vmhost::SandboxState::kRunning)
+    co_return std::unexpected(std::string("the sandbox is not running"));
+  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
 }
 
-asio::awaitable<HttpResponse> ApiService::ViewerPage(Call& c) {
-  auto rec = FindRecord(c.id);
+Reply ViewerRoutes::ViewerPage(Call& c) {
+  auto rec = ctx_.sandboxes.Get(c.id);
   if (!rec) co_return rec.error();
-  bool control = c.principal.kind == Principal::Kind::kApiKey || c.principal.scope == Scope::kControl;
+  bool control =
+      c.principal.kind == Principal::Kind::kApiKey || c.principal.scope == Scope::kControl;
   // The credential that opened the page (?token= or the header) authenticates its modules and
   // its WebSocket as a cookie.
   std::string nonce = NewId("n");
@@ -144,28 +193,32 @@ asio::awaitable<HttpResponse> ApiService::ViewerPage(Call& c) {
   r.body = fmt::format(kViewPage, fmt::arg("id", HtmlEscape(c.id)), fmt::arg("nonce", nonce),
                        fmt::arg("control", control ? "true" : "false"),
                        fmt::arg("mode", control ? "control" : "view only"));
-  r.headers.emplace_back("Content-Security-Policy",
-                         fmt::format("default-src 'none'; script-src 'self' 'nonce-{}'; connect-src 'self'; "
-                                     "img-src 'self' data: blob:; style-src 'unsafe-inline'; base-uri 'none'; "
-                                     "frame-ancestors 'none'; form-action 'none'",
-                                     nonce));
+  r.headers.emplace_back(
+      "Content-Security-Policy",
+      fmt::format("default-src 'none'; script-src 'self' 'nonce-{}'; connect-src 'self'; "
+                  "img-src 'self' data: blob:; style-src 'unsafe-inline'; base-uri 'none'; "
+                  "frame-ancestors 'none'; form-action 'none'",
+                  nonce));
   r.headers.emplace_back("Referrer-Policy", "no-referrer");
   // Scoped to this sandbox's routes (only /vnc and the modules accept it), not readable by
   // script, never sent by another site's page (so no cross-site WebSocket can use it).
-  r.headers.emplace_back("Set-Cookie", fmt::format("{}={}; Path=/v1/sandboxes/{}/; HttpOnly; SameSite=Strict",
-                                                   kViewCookie, c.secret, c.id));
+  r.headers.emplace_back("Set-Cookie",
+                         fmt::format("{}={}; Path=/v1/sandboxes/{}/; HttpOnly; SameSite=Strict",
+                                     kViewCookie, c.secret, c.id));
   co_return r;
 }
 
-asio::awaitable<HttpResponse> ApiService::ViewerAsset(Call& c) {
+Reply ViewerRoutes::ViewerAsset(Call& c) {
   if (!IsAssetPath(c.target)) co_return Error(404, "not_found", "no such file");
-  std::filesystem::path file = std::filesystem::path(config_.novnc_dir) / c.target;
+  std::filesystem::path file = std::filesystem::path(ctx_.config.novnc_dir) / c.target;
   std::error_code ec;
   auto status = std::filesystem::status(file, ec);
   if (ec || !std::filesystem::is_regular_file(status)) {
-    if (!std::filesystem::exists(std::filesystem::path(config_.novnc_dir) / "core" / "rfb.js"))
-      co_return Error(500, "internal_error",
-                      fmt::format("noVNC is not installed in {} (Debian package novnc, or --novnc-dir)", config_.novnc_dir));
+    if (!std::filesystem::exists(std::filesystem::path(ctx_.config.novnc_dir) / "core" / "rfb.js"))
+      co_return Error(
+          500, "internal_error",
+          fmt::format("noVNC is not installed in {} (Debian package novnc, or --novnc-dir)",
+                      ctx_.config.novnc_dir));
     co_return Error(404, "not_found", "no such file");
   }
   auto size = std::filesystem::file_size(file, ec);

@@ -2,6 +2,8 @@
 // settle detection, the pointer position. The coordinate contract: a call may declare the
 // display size its model works in (`display`); screenshots are scaled to it and every
 // coordinate the call gives is mapped back to the screen.
+#include "desktop_routes.h"
+
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
@@ -12,8 +14,8 @@
 #include <cmath>
 #include <set>
 
+#include "api/json_input.h"
 #include "common/log.h"
-#include "service_internal.h"
 #include "vnc_bridge/image.h"
 #include "vnc_bridge/input.h"
 #include "vnc_bridge/keys.h"
@@ -118,7 +120,8 @@ std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in)
     in.Fail(s.error());
   } else if (d->is_object()) {
     ObjectReader dr(*d, "display");
-    auto w = dr.Integer("width", 1, vb::kMaxScreenSide), h = dr.Integer("height", 1, vb::kMaxScreenSide);
+    auto w = dr.Integer("width", 1, vb::kMaxScreenSide),
+         h = dr.Integer("height", 1, vb::kMaxScreenSide);
     if (auto err = dr.Finish())
       in.Fail(*err);
     else if (!w || !h)
@@ -131,12 +134,12 @@ std::optional<std::pair<uint32_t, uint32_t>> ReadDisplayMember(ObjectReader& in)
   return std::nullopt;
 }
 
-std::optional<std::pair<uint32_t, uint32_t>> ApiService::EffectiveDisplay(
+std::optional<std::pair<uint32_t, uint32_t>> DesktopRoutes::EffectiveDisplay(
     const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const {
   if (asked) return asked;
-  auto it = records_.find(id);
-  if (it == records_.end() || !it->second.display_w || !it->second.display_h) return std::nullopt;
-  return std::pair{it->second.display_w, it->second.display_h};
+  const SandboxRecord* r = ctx_.sandboxes.Find(id);
+  if (!r || !r->display_w || !r->display_h) return std::nullopt;
+  return std::pair{r->display_w, r->display_h};
 }
 
 namespace {
@@ -337,7 +340,31 @@ std::expected<vb::Action, std::string> ParseAction(const json& j, size_t index, 
 
 }  // namespace
 
-void ApiService::StopMirror(const std::string& id) {
+void DesktopRoutes::Register(Router& router) {
+  using S = Scope;
+  auto add = [&](boost::beast::http::verb m, const char* pattern, std::vector<Scope> scopes,
+                 Reply (DesktopRoutes::*h)(Call&)) {
+    router.Add({.method = m,
+                .pattern = pattern,
+                .access = Access::Tokens(std::move(scopes)),
+                .handler = [this, h](Call& c) { return (this->*h)(c); }});
+  };
+  using boost::beast::http::verb;
+  add(verb::get, "/v1/sandboxes/{id}/screenshot", {S::kView, S::kControl},
+      &DesktopRoutes::Screenshot);
+  add(verb::post, "/v1/sandboxes/{id}/actions", {S::kControl}, &DesktopRoutes::Actions);
+  add(verb::get, "/v1/sandboxes/{id}/cursor", {S::kView, S::kControl}, &DesktopRoutes::Cursor);
+  add(verb::post, "/v1/sandboxes/{id}/computer/anthropic", {S::kControl},
+      &DesktopRoutes::ComputerAnthropic);
+  add(verb::post, "/v1/sandboxes/{id}/computer/openai", {S::kControl},
+      &DesktopRoutes::ComputerOpenAi);
+}
+
+void DesktopRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
+  if (r.state != SandboxState::kRunning) StopMirror(r.id);
+}
+
+void DesktopRoutes::StopMirror(const std::string& id) {
   auto it = mirrors_.find(id);
   if (it == mirrors_.end()) return;
   it->second->Stop();
@@ -345,15 +372,11 @@ void ApiService::StopMirror(const std::string& id) {
 }
 
 asio::awaitable<std::expected<std::shared_ptr<vb::FrameMirror>, HttpResponse>>
-ApiService::ReadyMirror(const std::string& id) {
+DesktopRoutes::ReadyMirror(const std::string& id) {
   using R = std::expected<std::shared_ptr<vb::FrameMirror>, HttpResponse>;
-  auto rec = FindRecord(id);
-  if (!rec) co_return R(std::unexpected(rec.error()));
-  if ((*rec)->state != "running")
-    co_return R(std::unexpected(
-        Error(409, "invalid_state",
-              fmt::format("sandbox {} is {}; it must be running", id, (*rec)->state))));
-  auto sb = manager_.Find(id);
+  if (auto op = ctx_.sandboxes.BeginGuestOperation(id, "screen"); !op)
+    co_return R(std::unexpected(op.error()));
+  auto sb = ctx_.manager.Find(id);
   if (!sb || sb->state != SandboxState::kRunning)
     co_return R(
         std::unexpected(Error(409, "invalid_state", fmt::format("sandbox {} is not running", id))));
@@ -364,25 +387,26 @@ ApiService::ReadyMirror(const std::string& id) {
     // mirror must never reach the next sandbox to use the slot.
     auto connect = [this, id,
                     slot]() -> asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> {
-      auto now = manager_.Find(id);
+      auto now = ctx_.manager.Find(id);
       if (!now || now->slot != slot || now->state != SandboxState::kRunning)
         co_return std::unexpected(std::string("the sandbox is no longer running"));
-      auto s = co_await manager_.ConnectGuest(slot, vmhost::kGuestRfbPort, 5s);
+      auto s = co_await ctx_.manager.ConnectGuest(slot, vmhost::kGuestRfbPort, 5s);
       if (!s) co_return std::unexpected(s.error().message);
       co_return std::move(*s);
     };
-    auto m = std::make_shared<vb::FrameMirror>(executor_, std::move(connect), id);
+    auto m = std::make_shared<vb::FrameMirror>(ctx_.executor, std::move(connect), id);
     m->Start();
     it = mirrors_.emplace(id, std::move(m)).first;
   }
   auto mirror = it->second;
   // The screen of a sandbox whose pages still reload after its restore is not what the caller
   // asked for; the mirror connects meanwhile.
-  if (auto fresh = co_await manager_.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh) {
+  if (auto fresh = co_await ctx_.manager.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh) {
     if (sb->state != SandboxState::kRunning)
-      co_return R(std::unexpected(Error(409, "invalid_state",
-                                        fmt::format("sandbox {} is {}: {}", id, vmhost::ToString(sb->state),
-                                                    fresh.error().message))));
+      co_return R(
+          std::unexpected(Error(409, "invalid_state",
+                                fmt::format("sandbox {} is {}: {}", id, vmhost::ToString(sb->state),
+                                            fresh.error().message))));
     co_return R(std::unexpected(Error(504, "guest_timeout", fresh.error().message)));
   }
   auto ready = co_await mirror->WaitReady(kMirrorReadyTimeout);
@@ -396,7 +420,7 @@ ApiService::ReadyMirror(const std::string& id) {
   co_return R(std::move(mirror));
 }
 
-asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
+Reply DesktopRoutes::Screenshot(Call& c) {
   ImageRequest img;
   DisplaySize display;
   for (const auto& [k, v] : c.ex.query()) {
@@ -430,7 +454,10 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
       co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
     }
   }
+  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "screenshot");
+  if (!op) co_return op.error();
   auto mirror = co_await ReadyMirror(c.id);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
   Display d = DisplayOf(EffectiveDisplay(c.id, display), fb);
@@ -453,7 +480,7 @@ asio::awaitable<HttpResponse> ApiService::Screenshot(Call& c) {
   co_return r;
 }
 
-asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
+Reply DesktopRoutes::Cursor(Call& c) {
   DisplaySize display;
   for (const auto& [k, v] : c.ex.query()) {
     if (k != "display")
@@ -462,7 +489,10 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
     if (!d) co_return Error(400, "invalid_request", d.error());
     display = *d;
   }
+  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "cursor read");
+  if (!op) co_return op.error();
   auto mirror = co_await ReadyMirror(c.id);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!mirror) co_return mirror.error();
   const auto& fb = (*mirror)->framebuffer();
   Display d = DisplayOf(EffectiveDisplay(c.id, display), fb);
@@ -473,8 +503,8 @@ asio::awaitable<HttpResponse> ApiService::Cursor(Call& c) {
                            {"display", d.ToJson()}});
 }
 
-asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, vb::FrameMirror& m,
-                                                                       const std::u32string& text) {
+asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
+    Call& c, vb::FrameMirror& m, const std::u32string& text) {
   // Printable ASCII, Return and Tab are on every keyboard map: keysyms. A run holding any other
   // character is pasted, from its first such character to its last (ASCII between them goes
   // with it; Return and Tab end a run): the guest agent sets the CLIPBOARD selection and ctrl+v
@@ -491,7 +521,7 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
   auto type_paste = [&]() -> asio::awaitable<std::expected<void, std::string>> {
     std::string utf8;
     for (char32_t ch : std::exchange(paste, {})) AppendUtf8(utf8, ch);
-    auto sb = manager_.Find(c.id);
+    auto sb = ctx_.manager.Find(c.id);
     if (!sb || !sb->agent || sb->agent->closed())
       co_return std::unexpected(
           std::string("pasting text: the sandbox has no guest agent connection"));
@@ -528,7 +558,8 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
     // the late drawing of the key typed just before ctrl+v passed for the paste's own, the
     // next run replaced the clipboard between Chromium's two reads, and the paste event fired
     // with the text but nothing was inserted (one run in two of "x é y U+4E16" lost the "é").
-    auto every_update_counts = [](std::chrono::milliseconds quiet, std::chrono::milliseconds no_change,
+    auto every_update_counts = [](std::chrono::milliseconds quiet,
+                                  std::chrono::milliseconds no_change,
                                   std::chrono::milliseconds timeout) {
       vb::SettleOptions o;
       o.quiet = quiet;
@@ -555,7 +586,9 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
       auto settled = co_await m.Settle(before, t0, o);
       if (settled.changed) break;
       if (press == 0)
-        log::Warn("api", "sandbox {}: nothing changed on the screen 3 s after pasting {} bytes of text; pasting again",
+        log::Warn("api",
+                  "sandbox {}: nothing changed on the screen 3 s after pasting {} bytes of text; "
+                  "pasting again",
                   c.id, utf8.size());
     }
     co_return std::expected<void, std::string>{};
@@ -588,8 +621,8 @@ asio::awaitable<std::expected<void, std::string>> ApiService::TypeText(Call& c, 
   co_return std::expected<void, std::string>{};
 }
 
-asio::awaitable<std::expected<void, std::string>> ApiService::PressKeys(Call& c, vb::FrameMirror& m,
-                                                                        const vb::Action& action) {
+asio::awaitable<std::expected<void, std::string>> DesktopRoutes::PressKeys(
+    Call& c, vb::FrameMirror& m, const vb::Action& action) {
   // A combo that is one character beyond ASCII ("é", "U+4E16") is typed, that is pasted: as a
   // keysym the guest's keyboard map lacks it could be dropped (TypeText). The combos around it
   // are pressed in order; with a modifier ("ctrl+é") it goes as a keysym.
@@ -613,7 +646,7 @@ asio::awaitable<std::expected<void, std::string>> ApiService::PressKeys(Call& c,
   co_return co_await flush();
 }
 
-asio::awaitable<ApiService::StepOutcome> ApiService::PerformStep(
+asio::awaitable<DesktopRoutes::StepOutcome> DesktopRoutes::PerformStep(
     Call& c, vb::FrameMirror& m, const std::vector<vb::Action>& actions, const json& params,
     const std::optional<vb::SettleOptions>& settle) {
   // Perform in order; settle once, after the last.
@@ -658,9 +691,7 @@ asio::awaitable<ApiService::StepOutcome> ApiService::PerformStep(
   // Timeline: one event per action performed, with the frame it led to. `params` holds what the
   // caller sent for each action (one entry per action, or one object for all).
   for (const auto& a : done) {
-    recorder::v1::Event e;
-    e.set_sandbox_id(c.id);
-    FillActor(e, &c);
+    auto e = c.NewEvent(c.id);
     auto* ev = e.mutable_action();
     ev->set_type(vb::ToString(actions[a.index].type));
     ev->set_params_json(
@@ -670,12 +701,12 @@ asio::awaitable<ApiService::StepOutcome> ApiService::PerformStep(
     ev->set_settled(last && out.settled.settled);
     ev->set_duration_ms(
         static_cast<uint32_t>((last ? out.settled.waited + a.took : a.took).count()));
-    events_.Emit(std::move(e));
+    ctx_.events.Emit(std::move(e));
   }
   co_return out;
 }
 
-asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
+Reply DesktopRoutes::Actions(Call& c) {
   auto body = co_await ReadJson(c);
   if (!body) co_return body.error();
   ObjectReader in(*body);
@@ -716,7 +747,10 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
     }
   }
   if (auto err = in.Finish()) co_return Error(400, "invalid_request", *err);
+  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "actions");
+  if (!op) co_return op.error();
   auto mirror = co_await ReadyMirror(c.id);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
   Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
@@ -727,6 +761,7 @@ asio::awaitable<HttpResponse> ApiService::Actions(Call& c) {
     actions.push_back(std::move(*a));
   }
   auto step = co_await PerformStep(c, *m, actions, *list, settle);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!step.failure.empty()) {
     auto code = m->ready() ? 500 : 502;
     co_return Error(code, code == 502 ? "guest_error" : "internal",
@@ -1130,7 +1165,7 @@ std::expected<std::optional<vb::Action>, std::string> ParseOpenAiAction(const js
 
 }  // namespace
 
-asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
+Reply DesktopRoutes::ComputerAnthropic(Call& c) {
   auto q = AdapterQuery(c.ex.query());
   if (!q) co_return q.error();
   auto [display, img] = *q;
@@ -1149,7 +1184,10 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
   if (!input->is_object())
     co_return Error(400, "invalid_request",
                     "the body must be the tool's input object (or a tool_use block)");
+  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "computer action");
+  if (!op) co_return op.error();
   auto mirror = co_await ReadyMirror(c.id);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
   Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
@@ -1171,6 +1209,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
     std::optional<vb::SettleOptions> settle;
     if (step->actions.back().type != vb::Action::Type::kWait) settle = vb::SettleOptions{};
     auto out = co_await PerformStep(c, *m, step->actions, *input, settle);
+    if (auto gone = op->Interrupted()) co_return *gone;
     if (!out.failure.empty()) co_return result(text_block(out.failure), true);
   }
   if (!SameScreen(*m, d))
@@ -1190,7 +1229,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerAnthropic(Call& c) {
                    false);
 }
 
-asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
+Reply DesktopRoutes::ComputerOpenAi(Call& c) {
   auto q = AdapterQuery(c.ex.query());
   if (!q) co_return q.error();
   auto [display, img] = *q;
@@ -1222,7 +1261,10 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
     list.push_back(*body);
     where = "action";
   }
+  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "computer action");
+  if (!op) co_return op.error();
   auto mirror = co_await ReadyMirror(c.id);
+  if (auto gone = op->Interrupted()) co_return *gone;
   if (!mirror) co_return mirror.error();
   auto m = *mirror;
   Display d = DisplayOf(EffectiveDisplay(c.id, display), m->framebuffer());
@@ -1241,6 +1283,7 @@ asio::awaitable<HttpResponse> ApiService::ComputerOpenAi(Call& c) {
     std::optional<vb::SettleOptions> settle;
     if (actions.back().type != vb::Action::Type::kWait) settle = vb::SettleOptions{};
     auto out = co_await PerformStep(c, *m, actions, params, settle);
+    if (auto gone = op->Interrupted()) co_return *gone;
     if (!out.failure.empty())
       co_return Error(m->ready() ? 500 : 502, m->ready() ? "internal" : "guest_error",
                       fmt::format("{} ({} of {} actions were performed)", out.failure,

@@ -1,0 +1,64 @@
+#pragma once
+// DesktopRoutes: the screen (vnc-bridge) — screenshots from the sandbox's screen mirror, actions
+// with settle detection, the pointer position, and the model tool adapters (Anthropic, OpenAI
+// computer-use calls as they come). A mirror follows one running VM: it stops when the sandbox
+// leaves the running state.
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "api_context.h"
+#include "vnc_bridge/input.h"
+#include "vnc_bridge/mirror.h"
+
+namespace deskbox::api {
+
+class DesktopRoutes final : public SandboxStateListener {
+ public:
+  explicit DesktopRoutes(ApiContext& ctx) : ctx_(ctx) {}
+  void Register(Router& router);
+  void StopAll() {
+    while (!mirrors_.empty()) StopMirror(mirrors_.begin()->first);
+  }
+
+  void OnSandboxState(const SandboxRecord& r, vmhost::SandboxState from) override;
+
+ private:
+  Reply Screenshot(Call& c);
+  Reply Actions(Call& c);
+  Reply Cursor(Call& c);
+  Reply ComputerAnthropic(Call& c);
+  Reply ComputerOpenAi(Call& c);
+
+  // The sandbox's screen mirror, started on first use.
+  boost::asio::awaitable<std::expected<std::shared_ptr<vnc_bridge::FrameMirror>, HttpResponse>>
+  ReadyMirror(const std::string& id);
+  void StopMirror(const std::string& id);
+  // The display a call works in: its own `display` (`asked`), else the one declared for the
+  // sandbox (create or PATCH), else none (the screen's size).
+  std::optional<std::pair<uint32_t, uint32_t>> EffectiveDisplay(
+      const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const;
+  // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
+  // keycode for (desktop_routes.cc says which).
+  boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c,
+                                                                    vnc_bridge::FrameMirror& m,
+                                                                    const std::u32string& text);
+  // A key action: its combos in order, a lone character beyond ASCII typed (pasted) instead.
+  boost::asio::awaitable<std::expected<void, std::string>> PressKeys(
+      Call& c, vnc_bridge::FrameMirror& m, const vnc_bridge::Action& action);
+  struct StepOutcome {
+    size_t performed = 0;
+    vnc_bridge::SettleResult settled;
+    std::string failure;  // why an action could not be performed (the rest were not)
+  };
+  // Performs `actions` on the mirror in order, settles once after the last, writes one action
+  // event per performed action (with `params[i]`, or `params` itself when not a list).
+  boost::asio::awaitable<StepOutcome> PerformStep(
+      Call& c, vnc_bridge::FrameMirror& m, const std::vector<vnc_bridge::Action>& actions,
+      const nlohmann::json& params, const std::optional<vnc_bridge::SettleOptions>& settle);
+
+  ApiContext& ctx_;
+  std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
+};
+
+}  // namespace deskbox::api

@@ -1,0 +1,27 @@
+#pragma once
+// GuestRoutes: what a client does inside a running guest through its agent — exec, file upload
+// and download, the clipboard. Each is a guest operation (SandboxRegistry::BeginGuestOperation):
+// a delete or pause meanwhile ends it with 410 or 409.
+#include "api_context.h"
+
+namespace deskbox::api {
+
+class GuestRoutes {
+ public:
+  explicit GuestRoutes(ApiContext& ctx) : ctx_(ctx) {}
+  void Register(Router& router);
+
+ private:
+  Reply Exec(Call& c);
+  Reply PutFile(Call& c);
+  Reply GetFile(Call& c);
+  Reply GetClipboard(Call& c);
+  Reply PutClipboard(Call& c);
+  // The sandbox's VM with a live agent connection, or the answer (502) when it has none.
+  std::expected<std::shared_ptr<vmhost::Sandbox>, HttpResponse> AgentOf(
+      const std::string& id) const;
+
+  ApiContext& ctx_;
+};
+
+}  // namespace deskbox::api

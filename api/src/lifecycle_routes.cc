@@ -1,0 +1,489 @@
+#include "lifecycle_routes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "api/json_input.h"
+#include "common/log.h"
+
+namespace deskbox::api {
+
+namespace asio = boost::asio;
+using boost::beast::http::verb;
+using nlohmann::json;
+using namespace std::chrono_literals;
+using vmhost::SandboxState;
+
+namespace {
+
+constexpr char kLog[] = "api";
+
+json TimeOrNull(int64_t ms) {
+  return ms ? json(Rfc3339(ms)) : json(nullptr);
+}
+std::string StateName(SandboxState s) {
+  return std::string(vmhost::ToString(s));
+}
+
+// The "metadata" field: string → string, at most 64 keys of 1..64 bytes, values ≤ 1024 bytes.
+std::optional<json> ReadMetadata(ObjectReader& in) {
+  const json* m = in.Object("metadata");
+  if (!m) return std::nullopt;
+  if (m->size() > 64) in.Fail("metadata has more than 64 keys");
+  for (auto it = m->begin(); it != m->end() && in.ok(); ++it) {
+    if (it.key().empty() || it.key().size() > 64)
+      in.Fail("metadata keys must be 1 to 64 bytes long");
+    else if (!it->is_string())
+      in.Fail(fmt::format("metadata.{} must be a string", it.key()));
+    else if (it->get_ref<const std::string&>().size() > 1024)
+      in.Fail(fmt::format("metadata.{} is longer than 1024 bytes", it.key()));
+  }
+  return *m;
+}
+
+TransitionCause ByCall(const Call& c, std::string detail = "") {
+  return {.reason = "api", .detail = std::move(detail), .base = c.NewEvent(c.id)};
+}
+
+}  // namespace
+
+LifecycleRoutes::LifecycleRoutes(ApiContext& ctx, EgressBinding& egress)
+    : ctx_(ctx),
+      egress_(egress),
+      bucket_tokens_(ctx.config.creates_per_second < 1 ? 1 : ctx.config.creates_per_second),
+      bucket_time_(ctx.clock.Steady()) {
+  ctx_.manager.SetObserver(
+      [this](const vmhost::Sandbox& sb, SandboxState from) { OnVmTransition(sb, from); });
+  // A refresh that ended is no longer one for the next deskboxd to do again.
+  ctx_.manager.SetBrowserObserver([this](const vmhost::Sandbox& sb) {
+    SandboxRecord* r = ctx_.sandboxes.Find(sb.id);
+    if (!r || !r->browser_refreshing) return;
+    r->browser_refreshing = false;
+    ctx_.sandboxes.Save(*r);
+  });
+}
+
+LifecycleRoutes::~LifecycleRoutes() {
+  ctx_.manager.SetObserver(nullptr);
+  ctx_.manager.SetBrowserObserver(nullptr);
+}
+
+void LifecycleRoutes::Register(Router& router) {
+  using S = Scope;
+  auto add = [&](verb m, const char* pattern, Access access, Reply (LifecycleRoutes::*h)(Call&)) {
+    router.Add({.method = m,
+                .pattern = pattern,
+                .access = std::move(access),
+                .handler = [this, h](Call& c) { return (this->*h)(c); }});
+  };
+  add(verb::get, "/v1/templates", Access::KeysOnly(), &LifecycleRoutes::ListTemplates);
+  add(verb::post, "/v1/sandboxes", Access::KeysOnly(), &LifecycleRoutes::CreateSandbox);
+  add(verb::get, "/v1/sandboxes", Access::KeysOnly(), &LifecycleRoutes::ListSandboxes);
+  add(verb::get, "/v1/sandboxes/{id}", Access::Tokens({S::kView, S::kControl}),
+      &LifecycleRoutes::GetSandbox);
+  add(verb::patch, "/v1/sandboxes/{id}", Access::Tokens({S::kControl}),
+      &LifecycleRoutes::PatchSandbox);
+  add(verb::delete_, "/v1/sandboxes/{id}", Access::KeysOnly(), &LifecycleRoutes::DeleteSandbox);
+  add(verb::post, "/v1/sandboxes/{id}/pause", Access::Tokens({S::kControl}),
+      &LifecycleRoutes::PauseSandbox);
+  add(verb::post, "/v1/sandboxes/{id}/resume", Access::Tokens({S::kControl}),
+      &LifecycleRoutes::ResumeSandbox);
+}
+
+void LifecycleRoutes::OnVmTransition(const vmhost::Sandbox& sb, SandboxState) {
+  if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kStopped)
+    egress_.Detach(sb.id);
+  // Transitions the API asks for are made where it asks; here only the ones nobody asked for.
+  if (sb.state != SandboxState::kFailed) return;
+  SandboxRecord* r = ctx_.sandboxes.Find(sb.id);
+  if (!r || !IsAlive(r->state)) return;
+  r->failure = sb.failure.empty() ? "the sandbox's VM failed" : sb.failure;
+  ctx_.sandboxes.Transition(*r, SandboxState::kFailed,
+                            {.reason = "qemu_exit", .detail = r->failure});
+}
+
+asio::awaitable<void> LifecycleRoutes::Recover() {
+  std::vector<vmhost::AdoptRequest> wanted;
+  std::vector<SandboxRecord*> lost;
+  for (const auto& [id, rec] : ctx_.sandboxes.records()) {
+    SandboxRecord* r = ctx_.sandboxes.Find(id);
+    if (r->state == SandboxState::kCreating) {
+      lost.push_back(r);
+    } else if (r->state == SandboxState::kRunning || r->state == SandboxState::kPaused) {
+      wanted.push_back(
+          {r->id, r->slot, r->qemu_pid,
+           std::chrono::system_clock::time_point(std::chrono::milliseconds(r->created_at_ms)),
+           r->browser_refreshing});
+    }
+  }
+  for (SandboxRecord* r : lost) {
+    r->failure = "deskboxd stopped while the sandbox was being created";
+    ctx_.sandboxes.Transition(*r, SandboxState::kFailed,
+                              {.reason = "restart_recovery", .detail = r->failure});
+  }
+  auto results = co_await ctx_.manager.Recover(std::move(wanted));
+  for (const auto& res : results) {
+    SandboxRecord* r = ctx_.sandboxes.Find(res.id);
+    if (!r) continue;
+    if (res.adopted) {
+      if (auto a = co_await egress_.Attach(r->id, r->slot, r->egress_json); !a)
+        log::Error(kLog, "sandbox {}: egress not re-attached: {} (its guest reaches nothing)",
+                   r->id, a.error());
+      egress_.DetachIfGone(r->id);
+      ctx_.sandboxes.Transition(
+          *r, res.state,
+          {.reason = "restart_recovery", .detail = "adopted by a new deskboxd process"});
+    } else {
+      r->failure = "lost while deskboxd was down: " + res.failure;
+      ctx_.sandboxes.Transition(*r, SandboxState::kFailed,
+                                {.reason = "restart_recovery", .detail = r->failure});
+    }
+  }
+}
+
+asio::awaitable<void> LifecycleRoutes::DestroyAll() {
+  std::vector<std::string> ids;
+  for (const auto& [id, r] : ctx_.sandboxes.records())
+    if (IsAlive(r.state)) ids.push_back(id);
+  for (const auto& id : ids) {
+    auto d = co_await ctx_.manager.Destroy(id);
+    if (SandboxRecord* r = ctx_.sandboxes.Find(id))
+      ctx_.sandboxes.Transition(*r, SandboxState::kStopped,
+                                {.reason = "shutdown", .detail = d ? "" : d.error().message});
+  }
+}
+
+bool LifecycleRoutes::RateLimitAllows(double* retry_after_s) {
+  auto now = ctx_.clock.Steady();
+  double rate = ctx_.config.creates_per_second;
+  double burst = std::max(1.0, rate);
+  bucket_tokens_ = std::min(
+      burst, bucket_tokens_ + std::chrono::duration<double>(now - bucket_time_).count() * rate);
+  bucket_time_ = now;
+  if (bucket_tokens_ >= 1) {
+    bucket_tokens_ -= 1;
+    return true;
+  }
+  *retry_after_s = (1 - bucket_tokens_) / rate;
+  return false;
+}
+
+json LifecycleRoutes::SandboxJson(const SandboxRecord& r) const {
+  json metadata = json::object();
+  if (auto m = ParseJson(r.metadata_json); m && m->is_object()) metadata = *m;
+  json egress = nullptr;
+  if (!r.egress_json.empty())
+    if (auto e = ParseJson(r.egress_json)) egress = *e;
+  json browser_ready = nullptr;
+  if (r.state == SandboxState::kRunning || r.state == SandboxState::kPaused) {
+    auto sb = ctx_.manager.Find(r.id);
+    browser_ready = sb && !sb->browser_refreshing;
+  }
+  return json{{"id", r.id},
+              {"state", StateName(r.state)},
+              {"template", r.template_name},
+              {"resolution", {{"width", r.width}, {"height", r.height}}},
+              {"display",
+               r.display_w ? json{{"width", r.display_w}, {"height", r.display_h}} : json(nullptr)},
+              {"timeout_s", r.timeout_s},
+              {"on_timeout", r.on_timeout},
+              {"expires_at", TimeOrNull(r.state == SandboxState::kRunning ? r.expires_at_ms : 0)},
+              {"created_at", Rfc3339(r.created_at_ms)},
+              {"updated_at", Rfc3339(r.updated_at_ms)},
+              {"stopped_at", TimeOrNull(r.stopped_at_ms)},
+              {"metadata", metadata},
+              {"egress", egress},
+              {"failure", r.failure.empty() ? json(nullptr) : json(r.failure)},
+              {"create_path", r.create_path},
+              {"create_ms", r.create_ms},
+              {"browser_ready", browser_ready},
+              {"events_url", "/v1/sandboxes/" + r.id + "/events"}};
+}
+
+Reply LifecycleRoutes::ListTemplates(Call&) {
+  const auto& m = ctx_.manager.manifest();
+  json t = {{"name", ctx_.config.template_name},
+            {"default", true},
+            {"screen", {{"width", m.screen_width()}, {"height", m.screen_height()}}},
+            {"memory_mib", m.memory_mib()},
+            {"vcpus", m.smp()},
+            {"qemu_version", m.qemu_version()},
+            {"accelerator", ctx_.manager.accelerator()},
+            {"chromium_version", m.chromium_version()},
+            {"created_at", Rfc3339(m.created_unix_s() * 1000)}};
+  co_return Json(200, {{"templates", json::array({t})}});
+}
+
+asio::awaitable<std::expected<void, std::string>> LifecycleRoutes::Resize(vmhost::Sandbox& sb,
+                                                                          uint32_t w, uint32_t h) {
+  // Xvnc resizes its framebuffer through RANDR to any mode of its output; a size not listed
+  // yet is added as a mode first (Xvnc ignores the timings). Openbox re-fits maximized windows.
+  static constexpr char kScript[] =
+      "export DISPLAY=:0; M=\"${1}x${2}\"; "
+      "xrandr -q | grep -q \"^ *$M \" || { xrandr --newmode \"$M\" 60 $1 $1 $1 $1 $2 $2 $2 $2 && "
+      "xrandr --addmode VNC-0 \"$M\"; } && xrandr --output VNC-0 --mode \"$M\" && "
+      "xdpyinfo | grep -q \"dimensions: *$M \"";
+  agent::v1::Request req;
+  auto* e = req.mutable_exec();
+  e->add_argv("/bin/sh");
+  e->add_argv("-c");
+  e->add_argv(kScript);
+  e->add_argv("sh");
+  e->add_argv(std::to_string(w));
+  e->add_argv(std::to_string(h));
+  e->set_timeout_s(15);
+  auto r = co_await sb.agent->Call(std::move(req), 20s);
+  if (!r) co_return std::unexpected(r.error().message);
+  if (r->exec().exit_code() != 0)
+    co_return std::unexpected(
+        fmt::format("the display refused {}x{}: {}", w, h, r->exec().stderr().substr(0, 300)));
+  co_return std::expected<void, std::string>{};
+}
+
+Reply LifecycleRoutes::CreateSandbox(Call& c) {
+  const DaemonConfig& config = ctx_.config;
+  auto body = co_await ReadJson(c);
+  if (!body) co_return body.error();
+  ObjectReader in(*body);
+  auto tpl = in.String("template", 1, 128);
+  const auto& manifest = ctx_.manager.manifest();
+  uint32_t width = manifest.screen_width(), height = manifest.screen_height();
+  bool resize = false;
+  if (const json* res = in.Object("resolution")) {
+    ObjectReader rr(*res, "resolution");
+    auto w = rr.Integer("width", 1, 100000);
+    auto h = rr.Integer("height", 1, 100000);
+    if (rr.ok() && (!w || !h)) rr.Fail("resolution needs width and height");
+    if (auto e = rr.Finish()) in.Fail(*e);
+    if (w && h) {
+      width = static_cast<uint32_t>(*w);
+      height = static_cast<uint32_t>(*h);
+      resize = width != manifest.screen_width() || height != manifest.screen_height();
+    }
+  }
+  auto timeout = in.Integer("timeout_s", 1, config.max_timeout_s);
+  auto on_timeout = in.Enum("on_timeout", {"pause", "stop"});
+  json metadata = ReadMetadata(in).value_or(json::object());
+  auto display = ReadDisplayMember(in);
+  egress::Policy policy{egress_.Default(), {}, {}};
+  if (const json* e = in.Any("egress")) {
+    auto p = egress::ParsePolicy(*e, policy.default_action);
+    if (!p)
+      in.Fail(p.error());
+    else
+      policy = std::move(*p);
+  }
+  std::string egress = Dump(egress::PolicyJson(policy));
+  if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
+  if (tpl && *tpl != config.template_name)
+    co_return Error(422, "unknown_template",
+                    fmt::format("template '{}' is not served here (GET /v1/templates)", *tpl));
+  if (width < 320 || width > 3840 || height < 240 || height > 2160 || width % 2 || height % 2)
+    co_return Error(
+        422, "unsupported_resolution",
+        fmt::format("{}x{} is not supported: width 320..3840 and height 240..2160, both even",
+                    width, height));
+  double retry = 0;
+  if (!RateLimitAllows(&retry)) {
+    auto r = Error(429, "rate_limited",
+                   fmt::format("more than {} creates per second; retry in {:.1f} s",
+                               config.creates_per_second, retry));
+    r.headers.emplace_back("Retry-After", std::to_string(static_cast<int>(std::ceil(retry))));
+    co_return r;
+  }
+  size_t alive = ctx_.sandboxes.AliveCount() + creating_;
+  if (alive >= config.max_sandboxes)
+    co_return Error(429, "sandbox_limit",
+                    fmt::format("{} sandboxes are alive, the limit is {}; delete one first", alive,
+                                config.max_sandboxes));
+
+  auto t0 = ctx_.clock.Steady();
+  ++creating_;
+  auto sb = co_await ctx_.manager.Create();
+  --creating_;
+  if (!sb) co_return FromVmError(sb.error());
+  if (resize) {
+    auto r = co_await Resize(**sb, width, height);
+    if (!r) {
+      co_await ctx_.manager.Destroy((*sb)->id);
+      co_return Error(422, "unsupported_resolution", r.error());
+    }
+  }
+  // The policy is in force before the client hears of the sandbox.
+  if (auto a = co_await egress_.Attach((*sb)->id, (*sb)->slot, egress); !a) {
+    egress_.Detach((*sb)->id);
+    co_await ctx_.manager.Destroy((*sb)->id);
+    co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
+  }
+  egress_.DetachIfGone((*sb)->id);
+  double ms = std::chrono::duration<double, std::milli>(ctx_.clock.Steady() - t0).count();
+  ctx_.metrics.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path)));
+  SandboxRecord r;
+  r.id = (*sb)->id;
+  r.state = SandboxState::kRunning;
+  r.template_name = config.template_name;
+  r.slot = (*sb)->slot;
+  r.qemu_pid = (*sb)->qemu_pid;
+  r.width = width;
+  r.height = height;
+  r.timeout_s = static_cast<uint32_t>(timeout.value_or(config.default_timeout_s));
+  r.on_timeout = on_timeout.value_or("pause");
+  r.created_at_ms = ctx_.clock.NowMs();
+  r.expires_at_ms = r.created_at_ms + int64_t{r.timeout_s} * 1000;
+  r.metadata_json = Dump(metadata);
+  if (display) {
+    r.display_w = display->first;
+    r.display_h = display->second;
+  }
+  r.egress_json = egress;
+  r.create_path = std::string(vmhost::ToString((*sb)->path));
+  r.create_ms = std::round(ms * 10) / 10;
+  r.owner = c.principal.id;
+  r.browser_refreshing = (*sb)->browser_refreshing;
+  if ((*sb)->state != SandboxState::kRunning) {
+    // It died between restore and now: keep the record, say so.
+    r.state = SandboxState::kFailed;
+    r.failure = (*sb)->failure;
+    r.expires_at_ms = 0;
+  }
+  std::string detail =
+      fmt::format("created from {} ({}, {:.0f} ms)", r.template_name, r.create_path, ms);
+  SandboxRecord& rec = ctx_.sandboxes.Add(std::move(r), ByCall(c, detail));
+  log::Info(kLog, "sandbox {} created ({}, {:.0f} ms)", rec.id, rec.create_path, ms);
+  co_return Json(201, SandboxJson(rec));
+}
+
+Reply LifecycleRoutes::ListSandboxes(Call& c) {
+  std::optional<SandboxState> state;
+  for (const auto& [k, v] : c.ex.query()) {
+    if (k == "state") {
+      state = vmhost::ParseSandboxState(v);
+      if (!state)
+        co_return Error(
+            400, "invalid_request",
+            fmt::format("state must be creating, running, paused, failed or stopped (got '{}')",
+                        v));
+    } else {
+      co_return Error(400, "invalid_request", fmt::format("unknown query parameter '{}'", k));
+    }
+  }
+  std::vector<const SandboxRecord*> sorted;
+  for (const auto& [id, r] : ctx_.sandboxes.records()) {
+    if (state ? r.state != *state : r.state == SandboxState::kStopped) continue;
+    sorted.push_back(&r);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](auto* a, auto* b) { return a->created_at_ms < b->created_at_ms; });
+  json list = json::array();
+  for (auto* r : sorted) list.push_back(SandboxJson(*r));
+  co_return Json(200, {{"sandboxes", list}});
+}
+
+Reply LifecycleRoutes::GetSandbox(Call& c) {
+  auto r = ctx_.sandboxes.Get(c.id);
+  if (!r) co_return r.error();
+  co_return Json(200, SandboxJson(**r));
+}
+
+Reply LifecycleRoutes::PatchSandbox(Call& c) {
+  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
+  auto body = co_await ReadJson(c);
+  if (!body) co_return body.error();
+  ObjectReader in(*body);
+  auto timeout = in.Integer("timeout_s", 1, ctx_.config.max_timeout_s);
+  std::optional<json> metadata = ReadMetadata(in);
+  bool display_given = body->is_object() && body->contains("display");  // null too: it clears
+  auto display = ReadDisplayMember(in);                                 // null clears it
+  if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
+  auto r = ctx_.sandboxes.Get(c.id);
+  if (!r) co_return r.error();
+  SandboxRecord& rec = **r;
+  if (rec.state == SandboxState::kStopped || rec.state == SandboxState::kFailed)
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {}", rec.id, StateName(rec.state)));
+  if (timeout) {
+    rec.timeout_s = static_cast<uint32_t>(*timeout);
+    if (rec.state == SandboxState::kRunning)
+      rec.expires_at_ms = ctx_.clock.NowMs() + *timeout * 1000;
+  }
+  if (metadata) rec.metadata_json = Dump(*metadata);
+  if (display_given) {
+    rec.display_w = display ? display->first : 0;
+    rec.display_h = display ? display->second : 0;
+  }
+  ctx_.sandboxes.Save(rec);
+  co_return Json(200, SandboxJson(rec));
+}
+
+Reply LifecycleRoutes::DeleteSandbox(Call& c) {
+  auto r = ctx_.sandboxes.Get(c.id);
+  if (!r) co_return r.error();
+  if ((*r)->state == SandboxState::kStopped) co_return NoContent();
+  // Guest operations in flight end with 410 from here on; a pause or resume in flight finishes
+  // first (the turn), then the sandbox is destroyed.
+  ctx_.sandboxes.MarkDeleting(c.id);
+  auto turn = co_await ctx_.sandboxes.TakeTurn(c.id);
+  SandboxRecord* rec = ctx_.sandboxes.Find(c.id);
+  if (!rec || rec->state == SandboxState::kStopped) co_return NoContent();
+  std::string detail;
+  if (rec->state != SandboxState::kFailed) {
+    auto d = co_await ctx_.manager.Destroy(c.id);
+    if (!d && d.error().code != vmhost::VmError::Code::kNotFound) detail = d.error().message;
+  }
+  rec = ctx_.sandboxes.Find(c.id);
+  if (rec && rec->state != SandboxState::kStopped)
+    ctx_.sandboxes.Transition(*rec, SandboxState::kStopped, ByCall(c, detail));
+  co_return NoContent();
+}
+
+Reply LifecycleRoutes::PauseSandbox(Call& c) {
+  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
+  auto turn = co_await ctx_.sandboxes.TakeTurn(c.id);
+  auto r = ctx_.sandboxes.Get(c.id);
+  if (!r) co_return r.error();
+  if (ctx_.sandboxes.Deleting(c.id))
+    co_return Error(410, "sandbox_gone", fmt::format("sandbox {} is being deleted", c.id));
+  if ((*r)->state != SandboxState::kRunning)
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {}; only a running sandbox can be paused", c.id,
+                                StateName((*r)->state)));
+  auto p = co_await ctx_.manager.Pause(c.id);
+  if (!p) co_return FromVmError(p.error());
+  SandboxRecord* rec = ctx_.sandboxes.Find(c.id);
+  if (!rec) co_return Error(404, "not_found", fmt::format("no sandbox '{}'", c.id));
+  if (rec->state == SandboxState::kRunning)
+    ctx_.sandboxes.Transition(*rec, SandboxState::kPaused, ByCall(c));
+  if (ctx_.sandboxes.Deleting(c.id))
+    co_return Error(410, "sandbox_gone",
+                    fmt::format("sandbox {} was deleted during the pause", c.id));
+  co_return Json(200, SandboxJson(*rec));
+}
+
+Reply LifecycleRoutes::ResumeSandbox(Call& c) {
+  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
+  auto turn = co_await ctx_.sandboxes.TakeTurn(c.id);
+  auto r = ctx_.sandboxes.Get(c.id);
+  if (!r) co_return r.error();
+  if (ctx_.sandboxes.Deleting(c.id))
+    co_return Error(410, "sandbox_gone", fmt::format("sandbox {} is being deleted", c.id));
+  if ((*r)->state != SandboxState::kPaused)
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {}; only a paused sandbox can be resumed", c.id,
+                                StateName((*r)->state)));
+  auto p = co_await ctx_.manager.Resume(c.id);
+  SandboxRecord* rec = ctx_.sandboxes.Find(c.id);
+  if (!rec) co_return Error(404, "not_found", fmt::format("no sandbox '{}'", c.id));
+  auto sb = ctx_.manager.Find(c.id);
+  if (sb && sb->state == SandboxState::kRunning && rec->state == SandboxState::kPaused)
+    ctx_.sandboxes.Transition(*rec, SandboxState::kRunning,
+                              ByCall(c, p ? "resumed" : "resumed; " + p.error().message));
+  if (!p) co_return FromVmError(p.error());
+  if (ctx_.sandboxes.Deleting(c.id))
+    co_return Error(410, "sandbox_gone",
+                    fmt::format("sandbox {} was deleted during the resume", c.id));
+  co_return Json(200, SandboxJson(*rec));
+}
+
+}  // namespace deskbox::api
