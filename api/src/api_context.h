@@ -18,13 +18,13 @@
 #include "api/router.h"
 #include "api/sandbox_registry.h"
 #include "recorder/log_event_sink.h"
-#include "vmhost/sandbox_manager.h"
+#include "vmhost/sandbox_host.h"
 
 namespace deskbox::api {
 
 struct ApiContext {
   boost::asio::any_io_executor executor;
-  vmhost::SandboxManager& manager;
+  vmhost::SandboxHost& manager;
   SandboxRegistry& sandboxes;
   Credentials& credentials;
   recorder::LogEventSink& events;

@@ -66,10 +66,15 @@ std::string Rfc3339(int64_t ms) {
   return recorder::FormatTimeRfc3339(ms * 1000000);
 }
 
-ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxManager& manager,
-                       Store& store, recorder::LogEventSink& events, DaemonConfig config)
+ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& manager, Store& store,
+                       recorder::LogEventSink& events, DaemonConfig config)
+    : ApiService(executor, manager, store, events, std::move(config), system_clock_) {}
+
+ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& manager,
+                       Store& store, recorder::LogEventSink& events, DaemonConfig config, const Clock& clock)
     : manager_(manager),
       config_(std::move(config)),
+      clock_(clock),
       credentials_(store),
       sandboxes_(executor, store, events, clock_),
       ctx_(std::make_unique<ApiContext>(ApiContext{executor, manager, sandboxes_, credentials_,

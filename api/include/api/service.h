@@ -32,7 +32,7 @@
 #include "api/sandbox_registry.h"
 #include "api/store.h"
 #include "recorder/log_event_sink.h"
-#include "vmhost/sandbox_manager.h"
+#include "vmhost/sandbox_host.h"
 
 namespace deskbox::api {
 
@@ -49,8 +49,11 @@ class EventRoutes;
 
 class ApiService {
  public:
-  ApiService(boost::asio::any_io_executor executor, vmhost::SandboxManager& manager, Store& store,
+  ApiService(boost::asio::any_io_executor executor, vmhost::SandboxHost& manager, Store& store,
              recorder::LogEventSink& events, DaemonConfig config);
+  // With the clock it reads (tests advance a fake one).
+  ApiService(boost::asio::any_io_executor executor, vmhost::SandboxHost& manager, Store& store,
+             recorder::LogEventSink& events, DaemonConfig config, const Clock& clock);
   ~ApiService();
 
   // Loads records and credentials. Returns a newly generated API key to print once, if any.
@@ -68,9 +71,10 @@ class ApiService {
   Reply Health(Call& c);
   Reply GetMetrics(Call& c);
 
-  vmhost::SandboxManager& manager_;
+  vmhost::SandboxHost& manager_;
   DaemonConfig config_;
-  SystemClock clock_;
+  SystemClock system_clock_;
+  const Clock& clock_;
   Credentials credentials_;
   Metrics metrics_;
   SandboxRegistry sandboxes_;

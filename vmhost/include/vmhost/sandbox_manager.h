@@ -30,14 +30,9 @@
 #include "vmhost/qemu_command.h"
 #include "vmhost/qmp.h"
 #include "vmhost/sandbox.h"
+#include "vmhost/sandbox_host.h"
 
 namespace deskbox::vmhost {
-
-struct VmError {
-  enum class Code { kNotFound, kInvalidState, kCapacity, kJailer, kQemu, kAgent, kTimeout, kGuest };
-  Code code;
-  std::string message;
-};
 
 struct VmHostConfig {
   std::string cache_dir = "/var/cache/deskbox";
@@ -70,83 +65,8 @@ struct VmHostConfig {
   uint32_t trim_regrown_mib = 48;
 };
 
-// What a translation-cache trim request found: whether the sandbox's QEMU can trim (it runs
-// the plugin), and KiB of its cache in memory when asked. The trim itself follows within
-// moments, when a vCPU next idles.
-struct TrimStats {
-  bool trimmable = false;
-  uint64_t resident_before_kib = 0;
-};
 
-inline constexpr const char* kGuestIPv4 = "10.88.0.2";
-inline constexpr uint16_t kGuestRfbPort = 5900;
-inline constexpr uint16_t kGuestCdpPort = 9222;
-
-enum class CreatePath { kWarm, kPrestarted, kCold };
-std::string_view ToString(CreatePath p);
-
-class Sandbox {
- public:
-  std::string id;
-  uint32_t slot = 0;
-  int qemu_pid = 0;
-  SandboxState state = SandboxState::kCreating;
-  std::string failure;  // why it failed, if it did
-  CreatePath path = CreatePath::kCold;
-  std::chrono::system_clock::time_point created_at;
-  std::unique_ptr<QmpClient> qmp;
-  std::unique_ptr<AgentClient> agent;
-  std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
-  // After a restore for a waiting client the sandbox is handed out before its browser has
-  // reloaded its pages in new renderers (SandboxManager::RefreshBrowser); until then nothing may
-  // talk to a page: SandboxManager::WaitBrowserFresh() is the gate.
-  bool browser_refreshing = false;
-  std::string browser_failure;  // why the refresh failed, if it did (the sandbox is then failed)
-  std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters;  // cancelled when it ends
-  bool refresh_on_resume = false;  // adopted paused with its refresh unfinished
-  // Idle trimming of the translation cache (VmHostConfig::trim_idle_after).
-  unsigned trims = 0;
-  bool trimmed = false;                        // since it last was busy
-  double cpu_seconds = -1;                     // QEMU's CPU time at the last look
-  std::chrono::steady_clock::time_point cpu_at, idle_since;
-  std::chrono::steady_clock::time_point trim_settles_at;  // its CPU does not count as busy before
-  std::chrono::steady_clock::time_point trim_looked_at;   // last trim request, signalled or not
-};
-
-// A sandbox the previous deskboxd process left running, to take over after a restart.
-struct AdoptRequest {
-  std::string id;
-  uint32_t slot = 0;
-  int qemu_pid = 0;
-  std::chrono::system_clock::time_point created_at;
-  // Handed out before its pages reloaded and not known to have finished: the previous process
-  // may have died mid-refresh, leaving crashed pages. Recover runs the refresh again.
-  bool browser_refreshing = false;
-};
-struct AdoptResult {
-  std::string id;
-  bool adopted = false;
-  SandboxState state = SandboxState::kFailed;  // running or paused (as QEMU reports) when adopted
-  std::string failure;                         // why not, when !adopted
-};
-
-// Told of every state change the manager makes (after it is made), including the ones nobody
-// asked for: QEMU exiting turns a sandbox failed.
-using TransitionObserver = std::function<void(const Sandbox&, SandboxState from)>;
-// Told when a browser refresh after a hand-out has ended (browser_failure says how).
-using BrowserObserver = std::function<void(const Sandbox&)>;
-// Whether a client holds a live connection to the sandbox (a live view, a CDP session): such a
-// sandbox is not trimmed however idle it is, so that its first input does not pay for it.
-using InUse = std::function<bool(const std::string& id)>;
-
-struct PoolStats {
-  size_t netns_ready = 0, prestarted = 0, warm = 0, sandboxes = 0, free_slots = 0;
-  size_t refreshes_running = 0, refreshes_waiting = 0;  // browser refreshes after hand-outs
-  size_t trimmed = 0;         // running sandboxes whose translation cache is trimmed
-  uint64_t trims_total = 0;   // translation-cache trims since start
-};
-
-class SandboxManager {
+class SandboxManager final : public SandboxHost {
  public:
   SandboxManager(boost::asio::any_io_executor executor, Jailer& jailer, VmHostConfig config);
   ~SandboxManager();
@@ -157,26 +77,26 @@ class SandboxManager {
   // Recover() takes over the sandboxes of a previous process, destroys every other slot the
   // jailer still has (pools of that process, dead QEMUs), then starts filling the pools.
   std::expected<void, VmError> Load();
-  boost::asio::awaitable<std::vector<AdoptResult>> Recover(std::vector<AdoptRequest> sandboxes);
-  void SetObserver(TransitionObserver observer) { observer_ = std::move(observer); }
-  void SetBrowserObserver(BrowserObserver observer) { browser_observer_ = std::move(observer); }
-  void SetInUse(InUse in_use) { in_use_ = std::move(in_use); }
+  boost::asio::awaitable<std::vector<AdoptResult>> Recover(std::vector<AdoptRequest> sandboxes) override;
+  void SetObserver(TransitionObserver observer) override { observer_ = std::move(observer); }
+  void SetBrowserObserver(BrowserObserver observer) override { browser_observer_ = std::move(observer); }
+  void SetInUse(InUse in_use) override { in_use_ = std::move(in_use); }
   // Waits until every pool is at its target (for tests and benchmarks), or the timeout passes.
   boost::asio::awaitable<bool> WaitPoolsFull(std::chrono::milliseconds timeout);
 
   // A running sandbox. From the warm pool its browser is fresh already; a restore made for this
   // call returns once the guest is restored, its clock set and its RNG reseeded, and reloads
   // the browser's pages in the background (WaitBrowserFresh).
-  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create();
+  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create() override;
   // Waits until no page of the sandbox's browser holds random state shared with other clones:
   // every page reloaded in a renderer started after the restore and running script. At once
   // when that is so already. An error if the refresh failed (the sandbox is failed then), the
   // sandbox stopped, or `timeout` passed.
   boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox> sb,
-                                                                        std::chrono::milliseconds timeout);
-  boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id);
-  boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id);
-  boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id);
+                                                                        std::chrono::milliseconds timeout) override;
+  boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) override;
+  boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) override;
+  boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) override;
   // Asks the sandbox's QEMU to drop its translation cache from memory (done when a vCPU next
   // idles, within moments on a desktop at rest; the idle trimming does it by itself).
   // above_kib > 0: only if the cache holds more than that in memory (TrimStats::trimmable
@@ -186,32 +106,33 @@ class SandboxManager {
   // Changes the idle trimming while running (VmHostConfig::trim_idle_after, trim_regrown_mib);
   // 0 s stops it.
   void SetIdleTrim(std::chrono::seconds after, uint32_t regrown_mib);
-  std::shared_ptr<Sandbox> Find(const std::string& id) const;
+  std::shared_ptr<Sandbox> Find(const std::string& id) const override;
   std::vector<std::shared_ptr<Sandbox>> List() const;
-  PoolStats Stats() const;
+  PoolStats Stats() const override;
 
   // A TCP connection to the guest, from a socket made inside the sandbox's netns.
   boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, VmError>> ConnectGuest(
-      uint32_t slot, uint16_t port, std::chrono::milliseconds timeout);
+      uint32_t slot, uint16_t port, std::chrono::milliseconds timeout) override;
   // The egress sockets of a slot (jailer.proto OpenEgressSockets), by role: tcp4, tcp6, udp4,
   // udp6, nflog.
-  boost::asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> OpenEgressSockets(uint32_t slot);
+  boost::asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> OpenEgressSockets(
+      uint32_t slot) override;
   // Unconnected sockets in the uplink netns (jailer.proto OpenUplinkSockets).
   boost::asio::awaitable<std::expected<std::vector<UniqueFd>, VmError>> OpenUplinkSockets(bool ipv6, bool udp,
-                                                                                          unsigned count);
+                                                                                          unsigned count) override;
   // Waits until the guest's RFB server sends its banner and Chromium's /json/version answers.
   boost::asio::awaitable<std::expected<void, VmError>> WaitGuestServices(
       uint32_t slot, std::chrono::milliseconds timeout);
 
   // Destroys every pooled VM, and every sandbox unless `keep_sandboxes` (their QEMUs keep
   // running for the next process to Recover); the manager refills nothing afterwards.
-  boost::asio::awaitable<void> Shutdown(bool keep_sandboxes = false);
+  boost::asio::awaitable<void> Shutdown(bool keep_sandboxes = false) override;
 
   // Logs the guest's browser log tail and load, for a failure to explain itself.
   boost::asio::awaitable<void> LogGuestState(Sandbox& sb, std::string_view why);
 
-  const v1::TemplateManifest& manifest() const { return manifest_; }
-  const std::string& accelerator() const { return accelerator_; }
+  const v1::TemplateManifest& manifest() const override { return manifest_; }
+  const std::string& accelerator() const override { return accelerator_; }
 
  private:
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> CreateOnce(bool* warm);

@@ -1,0 +1,356 @@
+// The API's routes against a fake vmhost and a fake clock: every response of the lifecycle,
+// token, key, egress and guest routes that needs no guest, without root or QEMU.
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <thread>
+
+#include "api/json_input.h"
+#include "service_harness.h"
+
+namespace deskbox::api {
+namespace {
+
+using boost::beast::http::verb;
+using nlohmann::json;
+using vmhost::SandboxState;
+using vmhost::VmError;
+
+json Body(const ClientResponse& r) { return ParseJson(r.body).value_or(json()); }
+std::string Code(const ClientResponse& r) {
+  auto j = Body(r);
+  return j.is_object() && j.contains("error") ? j["error"].value("code", "") : "";
+}
+std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
+
+class ApiRoutesTest : public ::testing::Test {
+ protected:
+  explicit ApiRoutesTest(std::function<void(DaemonConfig&)> configure = {}) : h_(TestName(), std::move(configure)) {}
+  void SetUp() override { h_.Start(); }
+
+  std::string Create(const json& body = json::object()) {
+    auto r = h_.Call(verb::post, "/v1/sandboxes", body.dump());
+    EXPECT_EQ(r.status, 201u) << r.body;
+    return Body(r).value("id", "");
+  }
+  std::string State(const std::string& id) { return Body(h_.Call(verb::get, "/v1/sandboxes/" + id)).value("state", ""); }
+  std::string Token(const std::string& id, const std::string& scope, int ttl_s = 3600) {
+    auto r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/tokens", json{{"scope", scope}, {"ttl_s", ttl_s}}.dump());
+    EXPECT_EQ(r.status, 201u) << r.body;
+    return Body(r).value("token", "");
+  }
+  // Polls until the sandbox is in `state` (the timeout clock ticks every 250 ms on the server).
+  bool WaitState(const std::string& id, const std::string& state) {
+    for (int i = 0; i < 40; ++i) {
+      if (State(id) == state) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  ServiceHarness h_;
+};
+
+TEST_F(ApiRoutesTest, HealthIsOpenAndMetricsNeedAKey) {
+  EXPECT_EQ(h_.Call(verb::get, "/healthz", "", "").status, 200u);
+  EXPECT_EQ(h_.Call(verb::get, "/metrics", "", "").status, 401u);
+  auto m = h_.Call(verb::get, "/metrics");
+  EXPECT_EQ(m.status, 200u);
+  EXPECT_NE(m.body.find("deskbox_sandboxes{state=\"running\"} 0"), std::string::npos) << m.body.substr(0, 400);
+}
+
+TEST_F(ApiRoutesTest, TemplatesListTheServedOne) {
+  auto j = Body(h_.Call(verb::get, "/v1/templates"));
+  ASSERT_EQ(j["templates"].size(), 1u);
+  EXPECT_EQ(j["templates"][0]["name"], "desktop@test");
+  EXPECT_EQ(j["templates"][0]["screen"]["width"], 1280);
+}
+
+TEST_F(ApiRoutesTest, CreateGetListAndDelete) {
+  std::string id = Create({{"timeout_s", 120}, {"metadata", {{"team", "a"}}}});
+  auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + id));
+  EXPECT_EQ(sb["state"], "running");
+  EXPECT_EQ(sb["timeout_s"], 120);
+  EXPECT_EQ(sb["metadata"]["team"], "a");
+  EXPECT_EQ(sb["create_path"], "warm");
+  EXPECT_TRUE(sb["expires_at"].is_string());
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes"))["sandboxes"].size(), 1u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  EXPECT_EQ(State(id), "stopped");
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u) << "deleting again is no error";
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes"))["sandboxes"].size(), 0u) << "stopped ones are not listed";
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes?state=stopped"))["sandboxes"].size(), 1u);
+  EXPECT_EQ(h_.OnServer([this] { return h_.host().alive(); }), 0u) << "the VM is gone";
+}
+
+TEST_F(ApiRoutesTest, CreateRefusesBadInputWithoutTouchingVmhost) {
+  struct Case {
+    json body;
+    unsigned status;
+    std::string code;
+  };
+  std::vector<Case> cases = {
+      {{{"timeout_s", 0}}, 400, "invalid_request"},
+      {{{"nope", 1}}, 400, "invalid_request"},
+      {{{"on_timeout", "explode"}}, 400, "invalid_request"},
+      {{{"metadata", {{"k", 1}}}}, 400, "invalid_request"},
+      {{{"egress", {{"allow", "example.com"}}}}, 400, "invalid_request"},
+      {{{"template", "other"}}, 422, "unknown_template"},
+      {{{"resolution", {{"width", 100}, {"height", 100}}}}, 422, "unsupported_resolution"},
+  };
+  for (const auto& c : cases) {
+    auto r = h_.Call(verb::post, "/v1/sandboxes", c.body.dump());
+    EXPECT_EQ(r.status, c.status) << c.body.dump() << " → " << r.body;
+    EXPECT_EQ(Code(r), c.code) << c.body.dump();
+  }
+  auto r = h_.Call(verb::post, "/v1/sandboxes", "{");
+  EXPECT_EQ(Code(r), "invalid_json");
+  r = h_.Call(verb::post, "/v1/sandboxes", std::string(2 << 20, ' '));
+  EXPECT_EQ(r.status, 413u);
+  EXPECT_EQ(h_.OnServer([this] { return h_.host().calls.size(); }), 1u) << "only the recovery reached vmhost";
+}
+
+TEST_F(ApiRoutesTest, VmhostFailuresMapToTheirAnswers) {
+  h_.OnServer([this] {
+    h_.host().fail_next_create = VmError{VmError::Code::kCapacity, "no free slot"};
+    return 0;
+  });
+  auto r = h_.Call(verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(Code(r), "sandbox_limit");
+  h_.OnServer([this] {
+    h_.host().fail_next_create = VmError{VmError::Code::kJailer, "jailer down"};
+    return 0;
+  });
+  r = h_.Call(verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(r.status, 500u);
+  EXPECT_EQ(Code(r), "internal");
+  // Egress that cannot be attached: no sandbox is handed out, and its VM is destroyed.
+  h_.OnServer([this] {
+    h_.host().fail_next_egress = VmError{VmError::Code::kJailer, "no sockets"};
+    return 0;
+  });
+  r = h_.Call(verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(r.status, 500u);
+  EXPECT_EQ(h_.OnServer([this] { return h_.host().alive(); }), 0u);
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes"))["sandboxes"].size(), 0u);
+}
+
+TEST_F(ApiRoutesTest, PauseResumeAndTheirConflicts) {
+  std::string id = Create();
+  auto r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/resume");
+  EXPECT_EQ(r.status, 409u);
+  EXPECT_EQ(Code(r), "invalid_state");
+  r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause");
+  EXPECT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["state"], "paused");
+  EXPECT_TRUE(Body(r)["expires_at"].is_null());
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause").status, 409u);
+  r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/exec", R"({"shell": "true"})");
+  EXPECT_EQ(r.status, 409u) << "a paused sandbox runs nothing";
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/resume").status, 200u);
+  EXPECT_EQ(State(id), "running");
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/sb-0000000000000000/pause").status, 404u);
+  h_.OnServer([this] {
+    h_.host().fail_next_pause = VmError{VmError::Code::kQemu, "QMP stop failed"};
+    return 0;
+  });
+  r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause");
+  EXPECT_EQ(r.status, 500u);
+  EXPECT_EQ(State(id), "running") << "a failed pause changes nothing";
+}
+
+TEST_F(ApiRoutesTest, PatchChangesTimeoutMetadataAndDisplay) {
+  std::string id = Create();
+  auto r = h_.Call(verb::patch, "/v1/sandboxes/" + id,
+                   json{{"timeout_s", 30}, {"metadata", {{"x", "y"}}}, {"display", "1024x640"}}.dump());
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["timeout_s"], 30);
+  EXPECT_EQ(Body(r)["display"]["width"], 1024);
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + id, R"({"timeout_s": -1})").status, 400u);
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + id, R"({"display": "wide"})").status, 400u);
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/sb-0000000000000000", "{}").status, 404u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + id, R"({"timeout_s": 5})").status, 409u);
+}
+
+TEST_F(ApiRoutesTest, TimeoutsFollowTheClock) {
+  std::string paused = Create({{"timeout_s", 60}});
+  std::string stopped = Create({{"timeout_s", 60}, {"on_timeout", "stop"}});
+  std::string later = Create({{"timeout_s", 600}});
+  h_.clock().Advance(std::chrono::seconds(59));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a tick or two of the timeout clock
+  EXPECT_EQ(State(paused), "running");
+  h_.clock().Advance(std::chrono::seconds(2));
+  EXPECT_TRUE(WaitState(paused, "paused"));
+  EXPECT_TRUE(WaitState(stopped, "stopped"));
+  EXPECT_EQ(State(later), "running");
+  // Resuming starts the countdown again, from the clock's now.
+  ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + paused + "/resume").status, 200u);
+  h_.clock().Advance(std::chrono::seconds(61));
+  EXPECT_TRUE(WaitState(paused, "paused"));
+  auto events = Body(h_.Call(verb::get, "/v1/sandboxes/" + stopped + "/events"))["events"];
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["lifecycle"]["reason"], "timeout");
+}
+
+TEST_F(ApiRoutesTest, AVmThatExitsTurnsItsSandboxFailed) {
+  std::string id = Create();
+  h_.OnServer([&] {
+    h_.host().Exit(id, "QEMU exited with status 1");
+    return 0;
+  });
+  auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + id));
+  EXPECT_EQ(sb["state"], "failed");
+  EXPECT_EQ(sb["failure"], "QEMU exited with status 1");
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause").status, 409u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  EXPECT_EQ(State(id), "stopped");
+}
+
+TEST_F(ApiRoutesTest, TokensAreScopedRevocableAndExpireOnTheClock) {
+  std::string id = Create(), other = Create();
+  std::string view = Token(id, "view", 60);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id, "", view).status, 200u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + other, "", view).status, 403u);
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause", "", view).status, 403u) << "view cannot control";
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id, "", view).status, 403u);
+  std::string control = Token(id, "control");
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause", "", control).status, 200u);
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/resume", "", control).status, 200u);
+  auto list = Body(h_.Call(verb::get, "/v1/sandboxes/" + id + "/tokens"))["tokens"];
+  ASSERT_EQ(list.size(), 2u);
+  std::string control_id = list[1]["id"];
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/tokens/" + control_id).status, 204u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/tokens/" + control_id).status, 404u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id, "", control).status, 401u) << "revoked";
+  h_.clock().Advance(std::chrono::seconds(61));
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id, "", view).status, 401u) << "expired";
+  EXPECT_EQ(Code(h_.Call(verb::post, "/v1/sandboxes/" + id + "/tokens", R"({"scope": "root"})")), "invalid_request");
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/sb-0000000000000000/tokens", R"({"scope": "view"})").status, 404u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/tokens", R"({"scope": "view"})").status, 409u);
+}
+
+TEST_F(ApiRoutesTest, KeysCanBeMadeListedAndRevokedButNotTheLast) {
+  auto r = h_.Call(verb::post, "/v1/keys", R"({"name": "ci"})");
+  ASSERT_EQ(r.status, 201u) << r.body;
+  std::string second = Body(r)["key"], second_id = Body(r)["id"];
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/keys"))["keys"].size(), 2u);
+  EXPECT_EQ(h_.Call(verb::post, "/v1/keys", "{}").status, 400u);
+  auto keys = Body(h_.Call(verb::get, "/v1/keys"))["keys"];
+  std::string first_id = keys[0]["id"] == second_id ? keys[1]["id"] : keys[0]["id"];
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/keys/" + first_id, "", second).status, 204u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/keys").status, 401u) << "the revoked key";
+  r = h_.Call(verb::delete_, "/v1/keys/" + second_id, "", second);
+  EXPECT_EQ(r.status, 409u);
+  EXPECT_EQ(Code(r), "last_key");
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/keys/key_none", "", second).status, 404u);
+}
+
+TEST_F(ApiRoutesTest, EgressPolicyIsReadAndReplaced) {
+  std::string id = Create({{"egress", {{"allow", {"example.com"}}}}});
+  auto p = Body(h_.Call(verb::get, "/v1/sandboxes/" + id + "/egress"));
+  EXPECT_EQ(p["default"], "deny");
+  EXPECT_EQ(p["allow"].size(), 1u);
+  auto r = h_.Call(verb::put, "/v1/sandboxes/" + id + "/egress", R"({"allow": ["*.example.org"]})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["allow"][0], "*.example.org");
+  EXPECT_EQ(h_.Call(verb::put, "/v1/sandboxes/" + id + "/egress", R"({"allow": 5})").status, 400u);
+  std::string control = Token(id, "control");
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id + "/egress", "", control).status, 200u);
+  EXPECT_EQ(h_.Call(verb::put, "/v1/sandboxes/" + id + "/egress", "{}", control).status, 403u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/sb-0000000000000000/egress").status, 404u);
+  EXPECT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  EXPECT_EQ(h_.Call(verb::put, "/v1/sandboxes/" + id + "/egress", "{}").status, 409u);
+}
+
+TEST_F(ApiRoutesTest, GuestRoutesCheckInputAndState) {
+  std::string id = Create();
+  std::string base = "/v1/sandboxes/" + id;
+  EXPECT_EQ(h_.Call(verb::post, base + "/exec", "{}").status, 400u);
+  EXPECT_EQ(h_.Call(verb::post, base + "/exec", R"({"argv": ["a"], "shell": "b"})").status, 400u);
+  EXPECT_EQ(h_.Call(verb::post, base + "/exec", R"({"shell": "true", "stdin_b64": "%%%"})").status, 400u);
+  auto r = h_.Call(verb::post, base + "/exec", R"({"shell": "true"})");
+  EXPECT_EQ(r.status, 502u) << "the fake VM has no guest agent: " << r.body;
+  EXPECT_EQ(Code(r), "guest_error");
+  EXPECT_EQ(Code(h_.Call(verb::get, base + "/files?path=relative")), "invalid_path");
+  EXPECT_EQ(Code(h_.Call(verb::get, base + "/files")), "invalid_request");
+  EXPECT_EQ(Code(h_.Call(verb::get, base + "/files?path=/a/../b")), "invalid_path");
+  EXPECT_EQ(h_.Call(verb::put, base + "/clipboard", R"({"text": 5})").status, 400u);
+  EXPECT_EQ(h_.Call(verb::post, "/v1/sandboxes/sb-0000000000000000/exec", R"({"shell": "true"})").status, 404u);
+  std::string view = Token(id, "view");
+  EXPECT_EQ(h_.Call(verb::post, base + "/exec", R"({"shell": "true"})", view).status, 403u);
+}
+
+TEST_F(ApiRoutesTest, EventsTellTheLifecycleInOrder) {
+  std::string id = Create();
+  ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + id + "/pause").status, 200u);
+  ASSERT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  auto events = Body(h_.Call(verb::get, "/v1/sandboxes/" + id + "/events"))["events"];
+  std::vector<std::string> states;
+  for (const auto& e : events)
+    if (e.contains("lifecycle")) states.push_back(e["lifecycle"]["to_state"]);
+  EXPECT_EQ(states, (std::vector<std::string>{"running", "paused", "stopped"}));
+  EXPECT_EQ(events[0]["actor"]["kind"], "api_key");
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id + "/events?since=x").status, 400u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id + "/events?limit=0").status, 400u);
+  EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/sb-0000000000000000/events").status, 404u);
+}
+
+class ApiLimitsTest : public ApiRoutesTest {
+ protected:
+  ApiLimitsTest()
+      : ApiRoutesTest([](DaemonConfig& c) {
+          c.max_sandboxes = 2;
+          c.creates_per_second = 2;
+        }) {}
+};
+
+TEST_F(ApiLimitsTest, CreatesAreRateLimitedOnTheClockAndCapped) {
+  Create();
+  Create();
+  auto r = h_.Call(verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(Code(r), "rate_limited");
+  EXPECT_FALSE(r.header("Retry-After").empty());
+  h_.clock().Advance(std::chrono::seconds(1));
+  r = h_.Call(verb::post, "/v1/sandboxes", "{}");
+  EXPECT_EQ(r.status, 429u);
+  EXPECT_EQ(Code(r), "sandbox_limit") << "two are alive";
+}
+
+// A deskboxd started after another one stopped: running sandboxes whose VM is still there are
+// adopted, the others and those caught creating become failed.
+class ApiRecoveryTest : public ::testing::Test {};
+
+TEST_F(ApiRecoveryTest, AdoptsWhatIsStillThereAndFailsTheRest) {
+  ServiceHarness h(TestName());
+  for (auto [id, state] : {std::pair{"sb-00000000000000a1", SandboxState::kRunning},
+                           std::pair{"sb-00000000000000a2", SandboxState::kRunning},
+                           std::pair{"sb-00000000000000a3", SandboxState::kCreating}}) {
+    SandboxRecord r;
+    r.id = id;
+    r.state = state;
+    r.template_name = "desktop@test";
+    r.timeout_s = 600;
+    r.created_at_ms = h.clock().NowMs();
+    ASSERT_TRUE(h.store().PutSandbox(r));
+  }
+  h.host().adopt = {"sb-00000000000000a1"};
+  h.Start();
+  auto get = [&](const char* id) { return Body(h.Call(verb::get, std::string("/v1/sandboxes/") + id)); };
+  EXPECT_EQ(get("sb-00000000000000a1")["state"], "running");
+  EXPECT_TRUE(get("sb-00000000000000a1")["expires_at"].is_string()) << "its countdown runs again";
+  EXPECT_EQ(get("sb-00000000000000a2")["state"], "failed");
+  EXPECT_NE(get("sb-00000000000000a2")["failure"].get<std::string>().find("lost while deskboxd was down"),
+            std::string::npos);
+  EXPECT_EQ(get("sb-00000000000000a3")["state"], "failed");
+  auto events = Body(h.Call(verb::get, "/v1/sandboxes/sb-00000000000000a1/events"))["events"];
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["lifecycle"]["reason"], "restart_recovery");
+}
+
+}  // namespace
+}  // namespace deskbox::api

@@ -1,0 +1,176 @@
+#pragma once
+// FakeSandboxHost: vmhost's face to the API (SandboxHost) without QEMU, a jailer or a guest, for
+// the API's route tests. Sandboxes are records that change state as asked; egress sockets are
+// real sockets on 127.0.0.1; a test can fail the next call of a kind or make a VM "exit".
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "vmhost/sandbox_host.h"
+
+namespace deskbox::api {
+
+class FakeSandboxHost final : public vmhost::SandboxHost {
+ public:
+  using VmError = vmhost::VmError;
+  using Sandbox = vmhost::Sandbox;
+  using State = vmhost::SandboxState;
+
+  FakeSandboxHost() {
+    manifest_.set_screen_width(1280);
+    manifest_.set_screen_height(800);
+    manifest_.set_memory_mib(2048);
+    manifest_.set_smp(2);
+    manifest_.set_qemu_version("10.0.0");
+    manifest_.set_chromium_version("Chrome/156.0.0.0");
+    manifest_.set_created_unix_s(1'700'000'000);
+  }
+
+  // Test controls; call them on the server's thread.
+  std::optional<VmError> fail_next_create, fail_next_pause, fail_next_resume, fail_next_egress;
+  std::set<std::string> adopt;  // ids Recover adopts (running); the rest are lost
+  std::vector<std::string> calls;
+  // The VM of `id` exits: failed, as vmhost reports it.
+  void Exit(const std::string& id, std::string why) {
+    auto sb = Find(id);
+    if (!sb) return;
+    State from = sb->state;
+    sb->state = State::kFailed;
+    sb->failure = std::move(why);
+    sandboxes_.erase(id);
+    if (observer_) observer_(*sb, from);
+  }
+  size_t alive() const { return sandboxes_.size(); }
+
+  void SetObserver(vmhost::TransitionObserver o) override { observer_ = std::move(o); }
+  void SetBrowserObserver(vmhost::BrowserObserver o) override { browser_observer_ = std::move(o); }
+  void SetInUse(vmhost::InUse in_use) override { in_use_ = std::move(in_use); }
+
+  boost::asio::awaitable<std::vector<vmhost::AdoptResult>> Recover(
+      std::vector<vmhost::AdoptRequest> wanted) override {
+    calls.push_back("recover");
+    std::vector<vmhost::AdoptResult> out;
+    for (const auto& w : wanted) {
+      if (!adopt.count(w.id)) {
+        out.push_back({w.id, false, State::kFailed, "its QEMU is gone"});
+        continue;
+      }
+      auto sb = std::make_shared<Sandbox>();
+      sb->id = w.id;
+      sb->slot = w.slot;
+      sb->qemu_pid = w.qemu_pid;
+      sb->state = State::kRunning;
+      sandboxes_[w.id] = sb;
+      out.push_back({w.id, true, State::kRunning, ""});
+    }
+    co_return out;
+  }
+
+  boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create() override {
+    calls.push_back("create");
+    if (fail_next_create) co_return std::unexpected(*std::exchange(fail_next_create, std::nullopt));
+    auto sb = std::make_shared<Sandbox>();
+    sb->id = fmt::format("sb-{:016x}", ++next_);
+    sb->slot = static_cast<uint32_t>(next_);
+    sb->qemu_pid = 10000 + static_cast<int>(next_);
+    sb->state = State::kRunning;
+    sb->path = vmhost::CreatePath::kWarm;
+    sandboxes_[sb->id] = sb;
+    co_return sb;
+  }
+  boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox>,
+                                                                        std::chrono::milliseconds) override {
+    co_return std::expected<void, VmError>{};
+  }
+  boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) override {
+    calls.push_back("destroy " + id);
+    auto sb = Find(id);
+    if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+    State from = sb->state;
+    sb->state = State::kStopped;
+    sandboxes_.erase(id);
+    if (observer_) observer_(*sb, from);
+    co_return std::expected<void, VmError>{};
+  }
+  boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) override {
+    calls.push_back("pause " + id);
+    co_return Move(id, State::kRunning, State::kPaused, fail_next_pause);
+  }
+  boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) override {
+    calls.push_back("resume " + id);
+    co_return Move(id, State::kPaused, State::kRunning, fail_next_resume);
+  }
+  std::shared_ptr<Sandbox> Find(const std::string& id) const override {
+    auto it = sandboxes_.find(id);
+    return it == sandboxes_.end() ? nullptr : it->second;
+  }
+  vmhost::PoolStats Stats() const override {
+    vmhost::PoolStats s;
+    s.sandboxes = sandboxes_.size();
+    return s;
+  }
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, VmError>> ConnectGuest(
+      uint32_t, uint16_t port, std::chrono::milliseconds) override {
+    co_return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("no guest listens on {} here", port)});
+  }
+  boost::asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> OpenEgressSockets(
+      uint32_t) override {
+    if (fail_next_egress) co_return std::unexpected(*std::exchange(fail_next_egress, std::nullopt));
+    std::map<std::string, UniqueFd> fds;
+    fds["tcp4"] = Loopback(SOCK_STREAM);
+    fds["udp4"] = Loopback(SOCK_DGRAM);
+    co_return fds;
+  }
+  boost::asio::awaitable<std::expected<std::vector<UniqueFd>, VmError>> OpenUplinkSockets(bool ipv6, bool udp,
+                                                                                          unsigned count) override {
+    std::vector<UniqueFd> out;
+    for (unsigned i = 0; i < count; ++i)
+      out.emplace_back(::socket(ipv6 ? AF_INET6 : AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC, 0));
+    co_return out;
+  }
+  boost::asio::awaitable<void> Shutdown(bool) override {
+    calls.push_back("shutdown");
+    co_return;
+  }
+  const vmhost::v1::TemplateManifest& manifest() const override { return manifest_; }
+  const std::string& accelerator() const override { return accelerator_; }
+
+ private:
+  std::expected<void, VmError> Move(const std::string& id, State from, State to, std::optional<VmError>& fail) {
+    if (fail) return std::unexpected(*std::exchange(fail, std::nullopt));
+    auto sb = Find(id);
+    if (!sb) return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+    if (sb->state != from)
+      return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is {}", id,
+                                                                               vmhost::ToString(sb->state))});
+    sb->state = to;
+    if (observer_) observer_(*sb, from);
+    return {};
+  }
+  // A socket on 127.0.0.1 (TCP listening), as the egress proxy's would be in a netns.
+  static UniqueFd Loopback(int type) {
+    UniqueFd fd(::socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (type == SOCK_STREAM) (void)::listen(fd.get(), 16);
+    return fd;
+  }
+
+  vmhost::v1::TemplateManifest manifest_;
+  std::string accelerator_ = "tcg";
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  uint64_t next_ = 0;
+  vmhost::TransitionObserver observer_;
+  vmhost::BrowserObserver browser_observer_;
+  vmhost::InUse in_use_;
+};
+
+}  // namespace deskbox::api
