@@ -114,6 +114,9 @@ const std::vector<Setting>& Settings() {
        }},
       {"--jailer-socket", "DESKBOX_JAILER_SOCKET", "PATH", "socket of deskbox-jailer (default /run/deskbox/jailer.sock)",
        Path(&DaemonConfig::jailer_socket)},
+      {"--jailer-wait", "DESKBOX_JAILER_WAIT", "SECONDS",
+       "how long to wait at start for deskbox-jailer to accept a connection, 0..600 (default 30)",
+       Number(&DaemonConfig::jailer_wait_s, 0, 600)},
       {"--accel", "DESKBOX_ACCEL", "auto|kvm|tcg", "QEMU accelerator (default auto: kvm where the CPU has it)",
        [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
          if (v != "auto" && v != "kvm" && v != "tcg") return std::unexpected(fmt::format("'{}' is not auto, kvm or tcg", v));

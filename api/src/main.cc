@@ -12,6 +12,7 @@
 
 #include <boost/asio/signal_set.hpp>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <iostream>
 
@@ -90,7 +91,16 @@ int main(int argc, char** argv) {
   if (!sink) return Fail("event logs: " + sink.error().message);
 
   asio::io_context io;
+  // The jailer may not listen yet, and a socket file may be left from one that was killed:
+  // what counts is that it accepts a connection.
   auto jailer = vmhost::JailerClient::Connect(io.get_executor(), config.jailer_socket);
+  auto jailer_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config.jailer_wait_s);
+  if (!jailer && config.jailer_wait_s > 0)
+    log::Info("deskboxd", "waiting up to {} s for the jailer ({})", config.jailer_wait_s, jailer.error());
+  while (!jailer && std::chrono::steady_clock::now() < jailer_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    jailer = vmhost::JailerClient::Connect(io.get_executor(), config.jailer_socket);
+  }
   if (!jailer) return Fail(jailer.error());
   vmhost::VmHostConfig vm;
   vm.cache_dir = config.cache_dir;

@@ -264,8 +264,9 @@ class Deskbox:
             time.sleep(0.05)
         raise DeploymentError(f"deskbox-jailer did not create {self.socket} in 15 s:\n{tail(self.jailer_log)}")
 
-    def start_daemon(self):
-        """Starts deskboxd (again) against the same state directory and jailer, on a new port."""
+    def start_daemon(self, wait=True):
+        """Starts deskboxd (again) against the same state directory and jailer, on a new port;
+        with wait=False it returns at once (wait_daemon() then waits for it to answer)."""
         if self.daemon is not None and self.daemon.poll() is None:
             raise DeploymentError("deskboxd is already running")
         self.port = free_port()
@@ -290,6 +291,11 @@ class Deskbox:
         self.session = requests.Session()
         # An API client keeps no cookies (the view page sets one; tests send it by hand).
         self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        if wait:
+            self.wait_daemon()
+
+    def wait_daemon(self):
+        """Waits until the started deskboxd answers GET /healthz (60 s at most)."""
         deadline = time.monotonic() + 60
         last = "no answer"
         while time.monotonic() < deadline:
@@ -306,6 +312,15 @@ class Deskbox:
             time.sleep(0.2)
         raise DeploymentError(f"deskboxd did not answer GET /healthz with 200 within 60 s (last: {last}):\n"
                               f"{tail(self.daemon_log)}")
+
+    def start_jailer(self):
+        """Starts deskbox-jailer (again) on the deployment's socket and state directory."""
+        self._start_jailer(pwd.getpwnam(SERVICE_USER))
+
+    def kill9_jailer(self):
+        if self.jailer is not None and self.jailer.poll() is None:
+            self.jailer.kill()
+            self.jailer.wait()
 
     def kill9_daemon(self):
         self.daemon_clean_exit_expected = False

@@ -1,7 +1,8 @@
 """deskboxd killed with SIGKILL and started again on the same state directory and jailer: the
 sandboxes whose QEMU still runs are re-adopted and keep working (same QEMU, guest state,
 tokens and keys), the one whose QEMU died meanwhile is reported failed and its slot is cleaned,
-and nothing is left once the deployment stops."""
+and nothing is left once the deployment stops. Then both deskboxd and the jailer killed, and
+deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer."""
 
 import os
 import signal
@@ -138,6 +139,29 @@ class RestartTest(ApiTestCase):
         while time.monotonic() < deadline and pid_b in dbx.qemu_processes():
             time.sleep(0.2)
         self.assertNotIn(pid_b, dbx.qemu_processes(), "deleting an adopted sandbox stops its QEMU")
+
+
+    def test_restart_with_the_jailer_killed_too(self):
+        dbx = self.dbx
+        sid = self.create_sandbox(metadata={"name": "D"})["id"]
+        self.sh(sid, "echo both-killed > /root/marker && sync")
+        pids = set(dbx.qemu_processes())
+        dbx.kill9_daemon()
+        dbx.kill9_jailer()
+        self.assertTrue(dbx.socket.exists(), "a killed jailer leaves its socket file behind")
+        self.assertEqual(set(dbx.qemu_processes()), pids, "QEMUs outlive deskboxd and the jailer")
+        # deskboxd first: it finds the stale socket file, nobody accepting on it, and waits.
+        dbx.start_daemon(wait=False)
+        time.sleep(3)
+        self.assertIsNone(dbx.daemon.poll(), f"deskboxd gave up without a jailer:\n{dbx.daemon_log.read_text()[-2000:]}")
+        dbx.start_jailer()
+        dbx.wait_daemon()
+        self.assertIn("waiting up to", dbx.daemon_log.read_text(), "deskboxd said it waited for the jailer")
+        sb = self.get_sandbox(sid)
+        self.assertEqual(sb["state"], "running", f"adopted through the new jailer: {sb}")
+        self.assertEqual(self.sh(sid, "cat /root/marker"), "both-killed\n")
+        self.assertEqual(set(dbx.qemu_processes()) & pids, pids, "the same QEMUs, not new ones")
+        self.delete_sandbox(sid)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ struct DaemonConfig {
   std::string api_key;  // bootstrap key (DESKBOX_API_KEY); empty: generate on first start
   std::string template_name;  // empty: the newest complete template in the cache
   std::string jailer_socket = "/run/deskbox/jailer.sock";
+  // deskboxd and the jailer may start in either order (a service manager, scripts/up after a
+  // crash left the old socket file): deskboxd waits this long for the jailer to answer.
+  uint32_t jailer_wait_s = 30;
   std::string accelerator = "auto";
   std::string netns_prefix = "dbx-";
   uint32_t max_sandboxes = 16;
