@@ -95,23 +95,37 @@ asio::awaitable<std::expected<CdpRoutes::GuestAnswer, HttpResponse>> CdpRoutes::
   co_return GuestAnswer{a->status, std::move(a->body)};
 }
 
-Reply CdpRoutes::CdpVersion(Call& c) {
-  auto a = co_await GuestJson(c, verb::get, "/json/version");
-  if (!a) co_return a.error();
-  auto v = cdp_proxy::SanitizeVersion(a->body, Urls(c));
+// The guest's answer to `target`, passed through `sanitize` (a cdp_proxy::Sanitize* function).
+template <typename Sanitize>
+asio::awaitable<std::expected<nlohmann::json, HttpResponse>> CdpRoutes::Sanitized(
+    Call& c, verb m, const std::string& target, Sanitize sanitize) {
+  using R = std::expected<nlohmann::json, HttpResponse>;
+  auto a = co_await GuestJson(c, m, target);
+  if (!a) co_return R(std::unexpected(a.error()));
+  if (m == verb::put && a->status != 200)
+    co_return R(std::unexpected(
+        Error(502, "guest_error", fmt::format("the sandbox's browser answered {}", a->status))));
+  auto v = sanitize(a->body, Urls(c));
+  std::string what = target.substr(0, target.find('?'));
   if (!v)
-    co_return Error(502, "guest_error",
-                    "the sandbox's browser gave a bad /json/version: " + v.error());
-  co_return Json(200, v->body);
+    co_return R(std::unexpected(
+        Error(502, "guest_error",
+              fmt::format("the sandbox's browser gave a bad {}: {}", what, v.error()))));
+  if constexpr (requires { v->body; })
+    co_return R(v->body);
+  else
+    co_return R(nlohmann::json(*v));
+}
+
+Reply CdpRoutes::CdpVersion(Call& c) {
+  auto v = co_await Sanitized(c, verb::get, "/json/version", cdp_proxy::SanitizeVersion);
+  if (!v) co_return v.error();
+  co_return Json(200, *v);
 }
 
 Reply CdpRoutes::CdpList(Call& c) {
-  auto a = co_await GuestJson(c, verb::get, "/json/list");
-  if (!a) co_return a.error();
-  auto v = cdp_proxy::SanitizeTargets(a->body, Urls(c));
-  if (!v)
-    co_return Error(502, "guest_error",
-                    "the sandbox's browser gave a bad /json/list: " + v.error());
+  auto v = co_await Sanitized(c, verb::get, "/json/list", cdp_proxy::SanitizeTargets);
+  if (!v) co_return v.error();
   co_return Json(200, *v);
 }
 
@@ -133,14 +147,8 @@ Reply CdpRoutes::CdpNew(Call& c) {
     else
       escaped += static_cast<char>(ch);
   }
-  auto a = co_await GuestJson(c, verb::put, "/json/new?" + escaped);
-  if (!a) co_return a.error();
-  if (a->status != 200)
-    co_return Error(502, "guest_error",
-                    fmt::format("the sandbox's browser answered {}", a->status));
-  auto v = cdp_proxy::SanitizeTarget(a->body, Urls(c));
-  if (!v)
-    co_return Error(502, "guest_error", "the sandbox's browser gave a bad /json/new: " + v.error());
+  auto v = co_await Sanitized(c, verb::put, "/json/new?" + escaped, cdp_proxy::SanitizeTarget);
+  if (!v) co_return v.error();
   co_return Json(200, *v);
 }
 

@@ -31,6 +31,9 @@ class CdpRoutes final : public SandboxStateListener, private cdp_proxy::GuestDia
   Reply CdpPage(Call& c);
   boost::asio::awaitable<std::expected<GuestAnswer, HttpResponse>> GuestJson(
       Call& c, boost::beast::http::verb m, const std::string& target);
+  template <typename Sanitize>
+  boost::asio::awaitable<std::expected<nlohmann::json, HttpResponse>> Sanitized(
+      Call& c, boost::beast::http::verb m, const std::string& target, Sanitize sanitize);
   cdp_proxy::PublicUrls Urls(const Call& c) const;
   HttpResponse WebSocket(Call& c, std::string guest_path);
   // The running sandbox's record, or the answer (404, 409) when it is not.

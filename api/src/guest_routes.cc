@@ -139,14 +139,9 @@ Reply GuestRoutes::Exec(Call& c) {
   if (auto m = in.Integer("max_output_bytes", 1, 6 << 20))
     e->set_max_output_bytes(static_cast<uint64_t>(*m));
   if (auto err = in.Finish()) co_return Error(400, "invalid_request", *err);
-  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "exec");
-  if (!op) co_return op.error();
-  auto sb = AgentOf(c.id);
-  if (!sb) co_return sb.error();
-  auto keep = *sb;  // the agent client lives as long as this call
-  auto r = co_await keep->agent->Call(std::move(req), std::chrono::seconds(e->timeout_s() + 15));
-  if (auto gone = op->Interrupted()) co_return *gone;
-  if (!r) co_return FromAgentError(r.error());
+  auto r =
+      co_await CallAgent(c.id, "exec", std::move(req), std::chrono::seconds(e->timeout_s() + 15));
+  if (!r) co_return r.error();
   const auto& x = r->exec();
   auto* xe = ev.mutable_exec();
   xe->set_exit_code(x.exit_code());
@@ -336,16 +331,10 @@ Reply GuestRoutes::GetFile(Call& c) {
 }
 
 Reply GuestRoutes::GetClipboard(Call& c) {
-  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "clipboard read");
-  if (!op) co_return op.error();
-  auto sb = AgentOf(c.id);
-  if (!sb) co_return sb.error();
-  auto keep = *sb;
   agent::v1::Request req;
   req.mutable_clipboard_get();
-  auto r = co_await keep->agent->Call(std::move(req), 15s);
-  if (auto gone = op->Interrupted()) co_return *gone;
-  if (!r) co_return FromAgentError(r.error());
+  auto r = co_await CallAgent(c.id, "clipboard read", std::move(req), 15s);
+  if (!r) co_return r.error();
   co_return Json(200, {{"text", r->clipboard().text()}});
 }
 
@@ -356,17 +345,26 @@ Reply GuestRoutes::PutClipboard(Call& c) {
   auto text = in.String("text", 0, 1 << 20);
   if (in.ok() && !text) in.Fail("text is required");
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
-  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "clipboard write");
-  if (!op) co_return op.error();
-  auto sb = AgentOf(c.id);
-  if (!sb) co_return sb.error();
-  auto keep = *sb;
   agent::v1::Request req;
   req.mutable_clipboard_set()->set_text(*text);
-  auto r = co_await keep->agent->Call(std::move(req), 15s);
-  if (auto gone = op->Interrupted()) co_return *gone;
-  if (!r) co_return FromAgentError(r.error());
+  auto r = co_await CallAgent(c.id, "clipboard write", std::move(req), 15s);
+  if (!r) co_return r.error();
   co_return NoContent();
+}
+
+asio::awaitable<std::expected<agent::v1::Response, HttpResponse>> GuestRoutes::CallAgent(
+    const std::string& id, std::string what, agent::v1::Request request,
+    std::chrono::milliseconds timeout) {
+  using R = std::expected<agent::v1::Response, HttpResponse>;
+  auto op = ctx_.sandboxes.BeginGuestOperation(id, std::move(what));
+  if (!op) co_return R(std::unexpected(op.error()));
+  auto sb = AgentOf(id);
+  if (!sb) co_return R(std::unexpected(sb.error()));
+  auto keep = *sb;  // the agent client lives as long as this call
+  auto r = co_await keep->agent->Call(std::move(request), timeout);
+  if (auto gone = op->Interrupted()) co_return R(std::unexpected(*gone));
+  if (!r) co_return R(std::unexpected(FromAgentError(r.error())));
+  co_return R(std::move(*r));
 }
 
 }  // namespace deskbox::api

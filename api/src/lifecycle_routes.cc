@@ -439,51 +439,29 @@ Reply LifecycleRoutes::DeleteSandbox(Call& c) {
 }
 
 Reply LifecycleRoutes::PauseSandbox(Call& c) {
-  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
-  auto turn = co_await ctx_.sandboxes.TakeTurn(c.id);
-  auto r = ctx_.sandboxes.Get(c.id);
-  if (!r) co_return r.error();
-  if (ctx_.sandboxes.Deleting(c.id))
-    co_return Error(410, "sandbox_gone", fmt::format("sandbox {} is being deleted", c.id));
-  if ((*r)->state != SandboxState::kRunning)
-    co_return Error(409, "invalid_state",
-                    fmt::format("sandbox {} is {}; only a running sandbox can be paused", c.id,
-                                StateName((*r)->state)));
+  auto turn = co_await ctx_.sandboxes.TakeTurnIn(c.id, SandboxState::kRunning, "paused");
+  if (!turn) co_return turn.error();
   auto p = co_await ctx_.manager.Pause(c.id);
   if (!p) co_return FromVmError(p.error());
-  SandboxRecord* rec = ctx_.sandboxes.Find(c.id);
-  if (!rec) co_return Error(404, "not_found", fmt::format("no sandbox '{}'", c.id));
-  if (rec->state == SandboxState::kRunning)
-    ctx_.sandboxes.Transition(*rec, SandboxState::kPaused, ByCall(c));
-  if (ctx_.sandboxes.Deleting(c.id))
-    co_return Error(410, "sandbox_gone",
-                    fmt::format("sandbox {} was deleted during the pause", c.id));
-  co_return Json(200, SandboxJson(*rec));
+  SandboxRecord& rec = **ctx_.sandboxes.Get(c.id);  // records are never removed
+  if (rec.state == SandboxState::kRunning)
+    ctx_.sandboxes.Transition(rec, SandboxState::kPaused, ByCall(c));
+  if (auto gone = ctx_.sandboxes.DeletedDuring(c.id, "paused")) co_return *gone;
+  co_return Json(200, SandboxJson(rec));
 }
 
 Reply LifecycleRoutes::ResumeSandbox(Call& c) {
-  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
-  auto turn = co_await ctx_.sandboxes.TakeTurn(c.id);
-  auto r = ctx_.sandboxes.Get(c.id);
-  if (!r) co_return r.error();
-  if (ctx_.sandboxes.Deleting(c.id))
-    co_return Error(410, "sandbox_gone", fmt::format("sandbox {} is being deleted", c.id));
-  if ((*r)->state != SandboxState::kPaused)
-    co_return Error(409, "invalid_state",
-                    fmt::format("sandbox {} is {}; only a paused sandbox can be resumed", c.id,
-                                StateName((*r)->state)));
+  auto turn = co_await ctx_.sandboxes.TakeTurnIn(c.id, SandboxState::kPaused, "resumed");
+  if (!turn) co_return turn.error();
   auto p = co_await ctx_.manager.Resume(c.id);
-  SandboxRecord* rec = ctx_.sandboxes.Find(c.id);
-  if (!rec) co_return Error(404, "not_found", fmt::format("no sandbox '{}'", c.id));
+  SandboxRecord& rec = **ctx_.sandboxes.Get(c.id);
   auto sb = ctx_.manager.Find(c.id);
-  if (sb && sb->state == SandboxState::kRunning && rec->state == SandboxState::kPaused)
-    ctx_.sandboxes.Transition(*rec, SandboxState::kRunning,
+  if (sb && sb->state == SandboxState::kRunning && rec.state == SandboxState::kPaused)
+    ctx_.sandboxes.Transition(rec, SandboxState::kRunning,
                               ByCall(c, p ? "resumed" : "resumed; " + p.error().message));
   if (!p) co_return FromVmError(p.error());
-  if (ctx_.sandboxes.Deleting(c.id))
-    co_return Error(410, "sandbox_gone",
-                    fmt::format("sandbox {} was deleted during the resume", c.id));
-  co_return Json(200, SandboxJson(*rec));
+  if (auto gone = ctx_.sandboxes.DeletedDuring(c.id, "resumed")) co_return *gone;
+  co_return Json(200, SandboxJson(rec));
 }
 
 }  // namespace deskbox::api

@@ -141,6 +141,32 @@ std::optional<SandboxRegistry::LifecycleTurn> SandboxRegistry::TryTurn(const std
   return LifecycleTurn(this, id);
 }
 
+asio::awaitable<std::expected<SandboxRegistry::LifecycleTurn, HttpResponse>>
+SandboxRegistry::TakeTurnIn(const std::string& id, SandboxState required, std::string_view what) {
+  using R = std::expected<LifecycleTurn, HttpResponse>;
+  if (!Find(id))
+    co_return R(std::unexpected(Error(404, "not_found", fmt::format("no sandbox '{}'", id))));
+  auto turn = co_await TakeTurn(id);
+  const SandboxRecord* r = Find(id);
+  if (!r) co_return R(std::unexpected(Error(404, "not_found", fmt::format("no sandbox '{}'", id))));
+  if (Deleting(id))
+    co_return R(std::unexpected(
+        Error(410, "sandbox_gone", fmt::format("sandbox {} is being deleted", id))));
+  if (r->state != required)
+    co_return R(std::unexpected(
+        Error(409, "invalid_state",
+              fmt::format("sandbox {} is {}; only a {} sandbox can be {}", id,
+                          vmhost::ToString(r->state), vmhost::ToString(required), what))));
+  co_return R(std::move(turn));
+}
+
+std::optional<HttpResponse> SandboxRegistry::DeletedDuring(const std::string& id,
+                                                           std::string_view what) const {
+  if (!Deleting(id)) return std::nullopt;
+  return Error(410, "sandbox_gone",
+               fmt::format("sandbox {} was deleted while it was being {}", id, what));
+}
+
 void SandboxRegistry::EndTurn(const std::string& id) {
   auto it = turns_.find(id);
   if (it == turns_.end()) return;

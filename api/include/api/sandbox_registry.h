@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "api/clock.h"
@@ -93,6 +94,12 @@ class SandboxRegistry {
   boost::asio::awaitable<LifecycleTurn> TakeTurn(const std::string& id);
   // The turn if nobody holds it, else nullopt (the timeout clock skips busy sandboxes).
   std::optional<LifecycleTurn> TryTurn(const std::string& id);
+  // Waits for the sandbox's turn, then checks that the sandbox is `required` and not being
+  // deleted: the turn, or the answer (404, 409, 410). `what` names the operation ("paused").
+  boost::asio::awaitable<std::expected<LifecycleTurn, HttpResponse>> TakeTurnIn(
+      const std::string& id, vmhost::SandboxState required, std::string_view what);
+  // 410 when a delete began while `what` ran; nullopt otherwise.
+  std::optional<HttpResponse> DeletedDuring(const std::string& id, std::string_view what) const;
 
   // A guest operation (exec, file transfer, screenshot, actions...) on a running sandbox.
   class GuestOperation {
