@@ -1,4 +1,5 @@
 #include "cdp_routes.h"
+#include "common/slot_network.h"
 
 #include <fmt/format.h>
 
@@ -45,7 +46,7 @@ asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> CdpRoutes::Di
   auto sb = ctx_.manager.Find(sandbox_id);
   if (!sb || sb->state != SandboxState::kRunning)
     co_return std::unexpected(std::string("the sandbox is not running"));
-  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, cdp_proxy::kGuestCdpPort, 5s);
+  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, slot_network::kGuestCdpPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
 }

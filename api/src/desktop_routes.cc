@@ -19,6 +19,7 @@
 #include "vnc_bridge/image.h"
 #include "vnc_bridge/input.h"
 #include "vnc_bridge/keys.h"
+#include "common/slot_network.h"
 
 namespace deskbox::api {
 
@@ -390,7 +391,7 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
       auto now = ctx_.manager.Find(id);
       if (!now || now->slot != slot || now->state != SandboxState::kRunning)
         co_return std::unexpected(std::string("the sandbox is no longer running"));
-      auto s = co_await ctx_.manager.ConnectGuest(slot, vmhost::kGuestRfbPort, 5s);
+      auto s = co_await ctx_.manager.ConnectGuest(slot, slot_network::kGuestRfbPort, 5s);
       if (!s) co_return std::unexpected(s.error().message);
       co_return std::move(*s);
     };

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/slot_network.h"
 
 namespace deskbox::api {
 
@@ -175,7 +176,7 @@ asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ViewerRoutes:
   auto sb = ctx_.manager.Find(id);
   if (!sb || sb->state != vmhost::SandboxState::kRunning)
     co_return std::unexpected(std::string("the sandbox is not running"));
-  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, vmhost::kGuestRfbPort, 5s);
+  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, slot_network::kGuestRfbPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
 }

@@ -15,6 +15,7 @@
 #include "cdp_proxy/guest_json.h"
 #include "common/http_reject.h"
 #include "common/log.h"
+#include "common/slot_network.h"
 
 namespace deskbox::cdp_proxy {
 
@@ -77,22 +78,11 @@ asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp
   else
     sock = co_await dialer_.DialCdp(sandbox_id);
   if (!sock) co_return std::unexpected(sock.error());
-  beast::tcp_stream stream(std::move(*sock));
-  http::request<http::empty_body> req{method, target, 11};
-  req.set(http::field::host, kGuestCdpHost);  // the fixed guest address, never a name the guest gave
-  req.set(http::field::connection, "close");
-  boost::system::error_code ec;
-  stream.expires_after(options_.guest_timeout);
-  co_await http::async_write(stream, req, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::unexpected("sending to the guest's DevTools: " + ec.message());
-  beast::flat_buffer buf;
-  http::response_parser<http::string_body> parser;
-  parser.header_limit(16 * 1024);
-  parser.body_limit(kMaxGuestJson);
-  co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
-  stream.socket().close(ec);
-  if (ec && !parser.is_done()) co_return std::unexpected("reading the guest's DevTools answer: " + ec.message());
-  co_return GuestHttpAnswer{parser.get().result_int(), parser.get().body()};
+  auto answer = co_await vmhost::DevToolsHttp(
+      std::move(*sock), method, target,
+      {.body_bytes = kMaxGuestJson, .timeout = options_.guest_timeout});
+  if (!answer) co_return std::unexpected("the guest's DevTools: " + answer.error().message);
+  co_return std::move(*answer);
 }
 
 asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http::buffer_body> request,
@@ -118,7 +108,8 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
   guest.set_option(guest_timeouts);
   boost::system::error_code ec;
   websocket::response_type guest_answer;
-  co_await guest.async_handshake(guest_answer, kGuestCdpHost, guest_path, asio::redirect_error(asio::use_awaitable, ec));
+  co_await guest.async_handshake(guest_answer, slot_network::GuestCdpHostPort(), guest_path,
+                                 asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     bool missing = guest_answer.result() == http::status::not_found || guest_answer.result() == http::status::bad_request;
     co_await http_error(missing ? 404 : 502, missing ? "not_found" : "guest_error",

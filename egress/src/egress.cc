@@ -18,8 +18,8 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/slot_network.h"
 #include "egress/nflog.h"
-#include "egress/slot_network.h"
 #include "egress/sniff.h"
 
 namespace deskbox::egress {
@@ -72,7 +72,7 @@ void Reset(ip::tcp::socket& s) {
 }
 
 bool InSandboxNetwork(const ip::address& a) {
-  static const Cidr net4 = *ParseCidr(kSandboxNet4), net6 = *ParseCidr(kSandboxNet6);
+  static const Cidr net4 = *ParseCidr(slot_network::kNet4), net6 = *ParseCidr(slot_network::kNet6);
   return net4.Contains(a) || net6.Contains(a);
 }
 

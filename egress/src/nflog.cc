@@ -13,7 +13,6 @@ namespace deskbox::egress::nflog {
 namespace {
 
 constexpr uint16_t kPacketMessage = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET;
-constexpr uint16_t kConfigMessage = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG;
 constexpr size_t kAttributesOffset = NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(nfgenmsg));
 constexpr size_t kMaxPrefix = 127;  // NF_LOG_PREFIXLEN less its NUL
 
@@ -127,31 +126,6 @@ std::optional<DroppedPacket> ParsePacketMessage(std::span<const uint8_t> message
   return packet;
 }
 
-// A netlink message of `type` carrying one nfnetlink_log config attribute.
-std::vector<uint8_t> ConfigMessage(uint16_t group, uint32_t seq, uint16_t attribute_type,
-                                   const void* value, size_t value_size) {
-  const size_t attribute_length = NLA_HDRLEN + value_size;
-  std::vector<uint8_t> out(kAttributesOffset + NLA_ALIGN(attribute_length), 0);
-  nlmsghdr header{};
-  header.nlmsg_len = static_cast<uint32_t>(out.size());
-  header.nlmsg_type = kConfigMessage;
-  header.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-  header.nlmsg_seq = seq;
-  header.nlmsg_pid = 0;
-  nfgenmsg gen{};
-  gen.nfgen_family = AF_UNSPEC;
-  gen.version = NFNETLINK_V0;
-  gen.res_id = htons(group);
-  nlattr attribute{};
-  attribute.nla_len = static_cast<uint16_t>(attribute_length);
-  attribute.nla_type = attribute_type;
-  std::memcpy(out.data(), &header, sizeof header);
-  std::memcpy(out.data() + NLMSG_HDRLEN, &gen, sizeof gen);
-  std::memcpy(out.data() + kAttributesOffset, &attribute, sizeof attribute);
-  std::memcpy(out.data() + kAttributesOffset + NLA_HDRLEN, value, value_size);
-  return out;
-}
-
 }  // namespace
 
 std::vector<DroppedPacket> ParsePackets(std::span<const uint8_t> datagram) {
@@ -167,16 +141,6 @@ std::vector<DroppedPacket> ParsePackets(std::span<const uint8_t> datagram) {
     if (at > datagram.size()) break;
   }
   return packets;
-}
-
-std::vector<std::vector<uint8_t>> BindMessages(uint16_t group, uint32_t copy_range) {
-  nfulnl_msg_config_cmd command{};
-  command.command = NFULNL_CFG_CMD_BIND;
-  nfulnl_msg_config_mode mode{};
-  mode.copy_range = htonl(copy_range);
-  mode.copy_mode = NFULNL_COPY_PACKET;
-  return {ConfigMessage(group, 1, NFULA_CFG_CMD, &command, sizeof command),
-          ConfigMessage(group, 2, NFULA_CFG_MODE, &mode, sizeof mode)};
 }
 
 }  // namespace deskbox::egress::nflog

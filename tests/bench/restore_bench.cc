@@ -30,6 +30,7 @@
 
 #include "common/files.h"
 #include "common/process.h"
+#include "common/slot_network.h"
 #include "common/smaps.h"
 #include "test_host.h"
 #include "vmhost/template.h"
@@ -508,7 +509,7 @@ int Bench(int argc, char** argv) {
   int answering = 0;
   for (auto& s : alive) {
     bool ok = host.Run([&]() -> asio::awaitable<bool> {
-      auto sock = co_await m.ConnectGuest(s->slot, vmhost::kGuestRfbPort, 5s);
+      auto sock = co_await m.ConnectGuest(s->slot, slot_network::kGuestRfbPort, 5s);
       if (!sock) co_return false;
       std::string banner(12, '\0');
       boost::system::error_code ec;

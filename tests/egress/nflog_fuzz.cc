@@ -55,10 +55,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto packets = nflog::ParsePackets(message);
   Check(packets);
   if (packets.size() > 1) std::abort();
-
-  uint16_t group = size >= 2 ? static_cast<uint16_t>(data[0] << 8 | data[1]) : 0;
-  auto bind = nflog::BindMessages(group, static_cast<uint32_t>(size));
-  if (bind.size() != 2 || bind[0].size() != 28 || bind[1].size() != 32) std::abort();
-  if (!nflog::ParsePackets(bind[0]).empty()) std::abort();
   return 0;
 }

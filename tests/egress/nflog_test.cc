@@ -15,6 +15,7 @@ namespace deskbox::egress::nflog {
 namespace {
 
 constexpr uint16_t kPacketType = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_PACKET;
+constexpr uint16_t kLogGroup = 7;  // any group: the parser does not look at it
 
 template <typename T>
 void AppendHost(std::vector<uint8_t>& out, T value) {
@@ -31,7 +32,7 @@ struct Datagram {
   Datagram& Begin(uint16_t type, uint8_t family) {
     message_start = bytes.size();
     AppendHost(bytes, nlmsghdr{0, type, 0, 0, 0});
-    AppendHost(bytes, nfgenmsg{family, NFNETLINK_V0, htons(kGroup)});
+    AppendHost(bytes, nfgenmsg{family, NFNETLINK_V0, htons(kLogGroup)});
     return *this;
   }
   Datagram& Attribute(uint16_t type, const std::vector<uint8_t>& value) {
@@ -247,35 +248,6 @@ TEST(NflogTest, PrefixIsPrintableAndBounded) {
   ASSERT_EQ(packets.size(), 2u);
   EXPECT_EQ(packets[0].prefix, "u???p");
   EXPECT_EQ(packets[1].prefix, std::string(127, 'x'));
-}
-
-TEST(NflogTest, BindMessagesLayout) {
-  auto messages = BindMessages(kGroup, kCopyRange);
-  ASSERT_EQ(messages.size(), 2u);
-  const uint16_t config = (NFNL_SUBSYS_ULOG << 8) | NFULNL_MSG_CONFIG;
-  const uint16_t flags = NLM_F_REQUEST | NLM_F_ACK;
-
-  std::vector<uint8_t> bind;
-  AppendHost(bind, nlmsghdr{28, config, flags, 1, 0});
-  bind.insert(bind.end(), {AF_UNSPEC, NFNETLINK_V0, 0x00, 0x07});
-  AppendHost(bind, nlattr{5, NFULA_CFG_CMD});
-  bind.insert(bind.end(), {NFULNL_CFG_CMD_BIND, 0, 0, 0});
-  EXPECT_EQ(messages[0], bind);
-
-  std::vector<uint8_t> mode;
-  AppendHost(mode, nlmsghdr{32, config, flags, 2, 0});
-  mode.insert(mode.end(), {AF_UNSPEC, NFNETLINK_V0, 0x00, 0x07});
-  AppendHost(mode, nlattr{10, NFULA_CFG_MODE});
-  mode.insert(mode.end(), {0x00, 0x00, 0x00, 0x80, NFULNL_COPY_PACKET, 0, 0, 0});
-  EXPECT_EQ(messages[1], mode);
-
-  // Group and copy range are in network byte order.
-  auto other = BindMessages(0x0102, 0x01020304)[1];
-  EXPECT_EQ(std::vector<uint8_t>(other.begin() + 18, other.begin() + 20),
-            (std::vector<uint8_t>{1, 2}));
-  EXPECT_EQ(std::vector<uint8_t>(other.begin() + 24, other.begin() + 28),
-            (std::vector<uint8_t>{1, 2, 3, 4}));
-  EXPECT_TRUE(ParsePackets(messages[0]).empty());
 }
 
 }  // namespace

@@ -17,6 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/slot_network.h"
+#include "vmhost/devtools_http.h"
+
 namespace deskbox::testing {
 
 namespace asio = boost::asio;
@@ -120,7 +123,8 @@ std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
 
 std::string GuestTest::RfbBanner(vmhost::Sandbox& sb) {
   return Run([&]() -> asio::awaitable<std::string> {
-    auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestRfbPort, std::chrono::seconds(5));
+    auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestRfbPort,
+                                             std::chrono::seconds(5));
     if (!s) co_return "connect failed: " + s.error().message;
     std::string b(12, '\0');
     boost::system::error_code ec;
@@ -136,44 +140,20 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method,
         // A guest starved by a pool refill beside it can leave one connect unanswered for
         // seconds: nothing was sent yet, so connecting again is safe for any method.
         auto deadline = std::chrono::steady_clock::now() + 80s;
-        auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+        auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
         while (!s && std::chrono::steady_clock::now() < deadline) {
           std::fprintf(stderr, "%s %s: %s; connecting again\n", method.c_str(), path.c_str(),
                        s.error().message.c_str());
           asio::steady_timer pause(co_await asio::this_coro::executor, 500ms);
           co_await pause.async_wait(asio::use_awaitable);
-          s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+          s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
         }
         if (!s) co_return std::unexpected(s.error().message);
-        std::string req =
-            method + " " + path + " HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
-        co_await asio::async_write(*s, asio::buffer(req), asio::use_awaitable);
-        // Chromium keeps the connection open despite "Connection: close": read by Content-Length.
-        std::string resp;
-        char buf[16384];
-        for (;;) {
-          boost::system::error_code ec;
-          size_t n = co_await s->async_read_some(asio::buffer(buf),
-                                                 asio::redirect_error(asio::use_awaitable, ec));
-          resp.append(buf, n);
-          auto head_end = resp.find("\r\n\r\n");
-          if (head_end != std::string::npos) {
-            std::string head = resp.substr(0, head_end);
-            for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-            auto cl = head.find("content-length:");
-            if (cl != std::string::npos) {
-              size_t len = std::strtoul(head.c_str() + cl + 15, nullptr, 10);
-              if (resp.size() >= head_end + 4 + len) co_return resp.substr(head_end + 4, len);
-            } else if (ec) {
-              co_return resp.substr(head_end + 4);
-            }
-          }
-          if (ec)
-            co_return std::unexpected("HTTP response: " + ec.message() + ": " +
-                                      resp.substr(0, 100));
-          if (resp.size() > (4u << 20))
-            co_return std::unexpected(std::string("HTTP response too large"));
-        }
+        auto answer =
+            co_await vmhost::DevToolsHttp(std::move(*s), beast::http::string_to_verb(method), path,
+                                          {.body_bytes = 4u << 20, .timeout = 60s});
+        if (!answer) co_return std::unexpected("HTTP response: " + answer.error().message);
+        co_return std::move(answer->body);
       }(),
       90s);
   if (!result) {
@@ -219,7 +199,7 @@ std::expected<std::string, std::string> GuestTest::CdpEvaluateOnce(vmhost::Sandb
   if (ws_path.empty()) return std::unexpected(std::string("no page target"));
   auto result = Run(
       [&]() -> asio::awaitable<std::expected<std::string, std::string>> {
-        auto s = co_await manager_->ConnectGuest(sb.slot, vmhost::kGuestCdpPort, 5s);
+        auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
         if (!s) co_return std::unexpected(s.error().message);
         beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
         beast::websocket::stream_base::timeout limits{};
@@ -228,7 +208,7 @@ std::expected<std::string, std::string> GuestTest::CdpEvaluateOnce(vmhost::Sandb
         limits.keep_alive_pings = false;
         ws.set_option(limits);
         boost::system::error_code ec;
-        co_await ws.async_handshake("10.88.0.2:9222", ws_path,
+        co_await ws.async_handshake(slot_network::GuestCdpHostPort(), ws_path,
                                     asio::redirect_error(asio::use_awaitable, ec));
         if (ec) co_return std::unexpected("websocket handshake: " + ec.message());
         json msg = {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/slot_network.h"
 #include "vmhost/sandbox_manager.h"
 
 namespace deskbox::vmhost {
@@ -23,7 +24,7 @@ asio::awaitable<std::expected<nlohmann::json, VmError>> SandboxManager::GuestPag
   auto fail = [&](std::string what) {
     return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("page {}: {}: {}", page_id, method, what)});
   };
-  auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
+  auto s = co_await ConnectGuest(slot, slot_network::kGuestCdpPort, timeout);
   if (!s) co_return std::unexpected(s.error());
   beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
   ws.read_message_max(1 << 20);
@@ -42,7 +43,7 @@ asio::awaitable<std::expected<nlohmann::json, VmError>> SandboxManager::GuestPag
     ~CancelTimer() { t.cancel(); }
   } cancel_timer{timer};
   boost::system::error_code ec;
-  co_await ws.async_handshake(fmt::format("{}:{}", kGuestIPv4, kGuestCdpPort), "/devtools/page/" + page_id,
+  co_await ws.async_handshake(slot_network::GuestCdpHostPort(), "/devtools/page/" + page_id,
                               asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return fail("websocket handshake: " + (expired ? std::string("timed out") : ec.message()));
   const std::string request = nlohmann::json{{"id", 1}, {"method", method}, {"params", params}}.dump();

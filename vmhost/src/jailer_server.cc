@@ -35,10 +35,10 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/slot_network.h"
 #include "common/smaps.h"
-#include "egress/nflog.h"
-#include "egress/slot_network.h"
 #include "vmhost/fd_passing.h"
+#include "vmhost/nflog_bind.h"
 #include "vmhost/qemu_command.h"
 #include "vmhost/template.h"
 
@@ -90,11 +90,12 @@ std::string NetnsRuleset() {
   // proxy reads the original destination and decides), or UDP 53, sent to deskboxd's DNS
   // responder here. Everything else — other UDP (QUIC included), ICMP, other protocols — is
   // refused at once (RST / ICMP admin-prohibited, so programs fail fast instead of waiting for
-  // timeouts) and logged to NFLOG group kNflogGroup (IPv6 neighbour discovery and MLD are dropped
-  // quietly: both neighbour entries are pinned, and they would only be noise in the log), which deskboxd reads into the sandbox's audit
-  // log. deskboxd's own connections to the guest's RFB and CDP ports are the only traffic into
-  // the guest.
-  return fmt::format(R"(table inet deskbox {{
+  // timeouts) and logged to NFLOG group nflog::kGroup (IPv6 neighbour discovery and MLD are dropped
+  // quietly: both neighbour entries are pinned, and they would only be noise in the log), which
+  // deskboxd reads into the sandbox's audit log. deskboxd's own connections to the guest's RFB and
+  // CDP ports are the only traffic into the guest.
+  return fmt::format(
+      R"(table inet deskbox {{
   chain guard {{
     type filter hook prerouting priority -150; policy accept;
     iif != "tap0" accept
@@ -106,10 +107,10 @@ std::string NetnsRuleset() {
   }}
   chain prerouting {{
     type nat hook prerouting priority dstnat; policy accept;
-    iif "tap0" meta nfproto ipv4 meta l4proto tcp dnat ip to 10.88.0.1:{tcp}
-    iif "tap0" meta nfproto ipv6 meta l4proto tcp dnat ip6 to [fd88:de5b::1]:{tcp}
-    iif "tap0" meta nfproto ipv4 udp dport 53 dnat ip to 10.88.0.1:{dns}
-    iif "tap0" meta nfproto ipv6 udp dport 53 dnat ip6 to [fd88:de5b::1]:{dns}
+    iif "tap0" meta nfproto ipv4 meta l4proto tcp dnat ip to {host4}:{tcp}
+    iif "tap0" meta nfproto ipv6 meta l4proto tcp dnat ip6 to [{host6}]:{tcp}
+    iif "tap0" meta nfproto ipv4 udp dport 53 dnat ip to {host4}:{dns}
+    iif "tap0" meta nfproto ipv6 udp dport 53 dnat ip6 to [{host6}]:{dns}
   }}
   chain input {{
     type filter hook input priority 0; policy drop;
@@ -128,11 +129,14 @@ std::string NetnsRuleset() {
     type filter hook output priority 0; policy drop;
     oif "lo" accept
     ct state established,related accept
-    oif "tap0" ip daddr 10.88.0.2 tcp dport {{ 5900, 9222 }} accept
+    oif "tap0" ip daddr {guest4} tcp dport {{ {rfb}, {cdp} }} accept
   }}
 }}
-)", fmt::arg("group", egress::nflog::kGroup), fmt::arg("tcp", egress::kProxyPort),
-                     fmt::arg("dns", egress::kDnsPort));
+)",
+      fmt::arg("group", nflog::kGroup), fmt::arg("tcp", slot_network::kEgressProxyPort),
+      fmt::arg("dns", slot_network::kEgressDnsPort), fmt::arg("host4", slot_network::kHostIPv4),
+      fmt::arg("host6", slot_network::kHostIPv6), fmt::arg("guest4", slot_network::kGuestIPv4),
+      fmt::arg("rfb", slot_network::kGuestRfbPort), fmt::arg("cdp", slot_network::kGuestCdpPort));
 }
 
 std::expected<void, std::string> MkdirOwned(const std::string& path, uid_t uid, gid_t gid,
@@ -301,14 +305,18 @@ JailerServer::Reply JailerServer::CreateSlot(const jailer::v1::CreateSlot& r) {
   std::string ns = NetnsName(r.slot());
   if (::access(("/run/netns/" + ns).c_str(), F_OK) == 0) return Ok();  // already there
   if (auto e = RunTool({"ip", "netns", "add", ns}); !e) return Fail(EIO, e.error());
-  std::string batch =
+  std::string batch = fmt::format(
       "link set lo up\n"
       "tuntap add dev tap0 mode tap vnet_hdr\n"
       "link set dev tap0 address 52:54:00:de:5b:01 mtu 1500 up\n"
-      "addr add 10.88.0.1/24 dev tap0\n"
-      "addr add fd88:de5b::1/64 dev tap0 nodad\n"
-      "neigh replace 10.88.0.2 lladdr 52:54:00:de:5b:02 dev tap0 nud permanent\n"
-      "neigh replace fd88:de5b::2 lladdr 52:54:00:de:5b:02 dev tap0 nud permanent\n";
+      "addr add {host4}/{prefix4} dev tap0\n"
+      "addr add {host6}/{prefix6} dev tap0 nodad\n"
+      "neigh replace {guest4} lladdr {mac} dev tap0 nud permanent\n"
+      "neigh replace {guest6} lladdr {mac} dev tap0 nud permanent\n",
+      fmt::arg("host4", slot_network::kHostIPv4), fmt::arg("prefix4", slot_network::kPrefixLength4),
+      fmt::arg("host6", slot_network::kHostIPv6), fmt::arg("prefix6", slot_network::kPrefixLength6),
+      fmt::arg("guest4", slot_network::kGuestIPv4), fmt::arg("guest6", slot_network::kGuestIPv6),
+      fmt::arg("mac", kGuestMac));
   auto cleanup_fail = [&](const std::string& why) {
     (void)RunTool({"ip", "netns", "del", ns});
     return Fail(EIO, fmt::format("setting up slot {}: {}", r.slot(), why));
@@ -588,16 +596,19 @@ std::expected<UniqueFd, std::string> BoundSocket(bool v6, bool udp, uint16_t por
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_port = htons(port);
-    ::inet_pton(AF_INET6, egress::kHostIPv6, &a.sin6_addr);
+    ::inet_pton(AF_INET6, slot_network::kHostIPv6, &a.sin6_addr);
     rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   } else {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
-    ::inet_pton(AF_INET, egress::kHostIPv4, &a.sin_addr);
+    ::inet_pton(AF_INET, slot_network::kHostIPv4, &a.sin_addr);
     rc = ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a);
   }
-  if (rc != 0) return std::unexpected(fmt::format("bind {}:{}: {}", v6 ? egress::kHostIPv6 : egress::kHostIPv4, port, ErrnoString(errno)));
+  if (rc != 0)
+    return std::unexpected(fmt::format("bind {}:{}: {}",
+                                       v6 ? slot_network::kHostIPv6 : slot_network::kHostIPv4, port,
+                                       ErrnoString(errno)));
   if (!udp && ::listen(s.get(), 256) != 0) return std::unexpected(fmt::format("listen: {}", ErrnoString(errno)));
   return s;
 }
@@ -612,24 +623,11 @@ std::expected<UniqueFd, std::string> NflogSocket() {
     return std::unexpected(fmt::format("netlink bind: {}", ErrnoString(errno)));
   int size = 1 << 20;  // bursts of refused packets are rate-limited by the rule, this absorbs the rest
   ::setsockopt(s.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-  for (const auto& m : egress::nflog::BindMessages(egress::nflog::kGroup, egress::nflog::kCopyRange)) {
-    sockaddr_nl kernel{};
-    kernel.nl_family = AF_NETLINK;
-    if (::sendto(s.get(), m.data(), m.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) < 0)
-      return std::unexpected(fmt::format("nflog config: {}", ErrnoString(errno)));
-    // The kernel acknowledges each message (NLM_F_ACK): an error code other than 0 is a failure.
-    std::array<char, 512> buf;
-    pollfd p{s.get(), POLLIN, 0};
-    if (::poll(&p, 1, 1000) != 1) return std::unexpected("nflog config: no answer from the kernel");
-    ssize_t n = ::recv(s.get(), buf.data(), buf.size(), 0);
-    if (n < static_cast<ssize_t>(sizeof(nlmsghdr) + sizeof(nlmsgerr)))
-      return std::unexpected("nflog config: short answer from the kernel");
-    auto* h = reinterpret_cast<nlmsghdr*>(buf.data());
-    if (h->nlmsg_type == NLMSG_ERROR) {
-      auto* e = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h));
-      if (e->error != 0) return std::unexpected(fmt::format("nflog config: {}", ErrnoString(-e->error)));
-    }
-  }
+  // Each message is acknowledged by the kernel (NLM_F_ACK); an error code other than 0 fails.
+  if (auto bound =
+          nflog::BindGroup(s.get(), nflog::kGroup, nflog::kCopyRange, std::chrono::seconds(1));
+      !bound)
+    return std::unexpected(bound.error());
   return s;
 }
 }  // namespace
@@ -650,10 +648,10 @@ JailerServer::Reply JailerServer::OpenEgressSockets(const jailer::v1::OpenEgress
       if (!fd) m.error = fmt::format("{}: {}", role, fd.error());
       else m.fds.emplace_back(role, std::move(*fd));
     };
-    add("tcp4", BoundSocket(false, false, egress::kProxyPort));
-    add("tcp6", BoundSocket(true, false, egress::kProxyPort));
-    add("udp4", BoundSocket(false, true, egress::kDnsPort));
-    add("udp6", BoundSocket(true, true, egress::kDnsPort));
+    add("tcp4", BoundSocket(false, false, slot_network::kEgressProxyPort));
+    add("tcp6", BoundSocket(true, false, slot_network::kEgressProxyPort));
+    add("udp4", BoundSocket(false, true, slot_network::kEgressDnsPort));
+    add("udp6", BoundSocket(true, true, slot_network::kEgressDnsPort));
     add("nflog", NflogSocket());
     return m;
   });

@@ -20,6 +20,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/sha256.h"
+#include "common/slot_network.h"
+#include "vmhost/devtools_http.h"
 #include "vmhost/qemu_command.h"
 #include "vmhost/template.h"
 
@@ -453,7 +455,7 @@ asio::awaitable<std::expected<asio::ip::tcp::socket, VmError>> SandboxManager::C
     if (!ec) sock.cancel();
   });
   boost::system::error_code ec;
-  co_await sock.async_connect({asio::ip::make_address_v4(kGuestIPv4), port},
+  co_await sock.async_connect({asio::ip::make_address_v4(slot_network::kGuestIPv4), port},
                               asio::redirect_error(asio::use_awaitable, ec));
   timer.cancel();
   if (ec)
@@ -503,7 +505,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
   };
   // One attempt at each service: "" when it answered, else what went wrong.
   auto rfb_once = [&]() -> asio::awaitable<std::string> {
-    auto s = co_await ConnectGuest(slot, kGuestRfbPort, std::min(left(), 2000ms));
+    auto s = co_await ConnectGuest(slot, slot_network::kGuestRfbPort, std::min(left(), 2000ms));
     if (!s) co_return s.error().message;
     auto banner = co_await ReadUntil(*s, 64, std::min(left(), 2000ms),
                                      [](const std::string& b) { return b.size() >= 12; });
@@ -511,16 +513,17 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
     co_return "RFB: " + (banner ? "unexpected banner" : banner.error());
   };
   auto cdp_once = [&]() -> asio::awaitable<std::string> {
-    auto s = co_await ConnectGuest(slot, kGuestCdpPort, std::min(left(), 2000ms));
+    auto s = co_await ConnectGuest(slot, slot_network::kGuestCdpPort, std::min(left(), 2000ms));
     if (!s) co_return s.error().message;
-    std::string req = "GET /json/version HTTP/1.1\r\nHost: 10.88.0.2:9222\r\nConnection: close\r\n\r\n";
-    boost::system::error_code ec;
-    co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
-    auto body = co_await ReadUntil(*s, 64 * 1024, std::min(left(), 3000ms), [](const std::string& b) {
-      return b.find("\"Browser\"") != std::string::npos && b.find('}') != std::string::npos;
-    });
-    if (body && body->starts_with("HTTP/1.1 200")) co_return "";
-    co_return "CDP: " + (body ? body->substr(0, 80) : body.error());
+    auto version =
+        co_await DevToolsHttp(std::move(*s), boost::beast::http::verb::get, "/json/version",
+                              {.body_bytes = 64 * 1024, .timeout = std::min(left(), 3000ms)});
+    if (!version) co_return "CDP: " + version.error().message;
+    // The browser process answers it (no page does), with its name and version.
+    if (version->status == 200 && version->body.find("\"Browser\"") != std::string::npos)
+      co_return "";
+    co_return fmt::format("CDP: /json/version answered {}: {}", version->status,
+                          version->body.substr(0, 80));
   };
   // Each service is asked again every 10 ms until it answers; both are asked at once, so
   // ready is when the slower one answers, not the sum of the two.
@@ -544,26 +547,20 @@ asio::awaitable<std::expected<std::string, VmError>> SandboxManager::GuestHttp(u
                                                                               const std::string& path,
                                                                               std::chrono::milliseconds timeout) {
   auto what = [&] { return fmt::format("CDP {} {}: ", method, path); };
-  auto s = co_await ConnectGuest(slot, kGuestCdpPort, timeout);
+  auto s = co_await ConnectGuest(slot, slot_network::kGuestCdpPort, timeout);
   if (!s) co_return std::unexpected(s.error());
-  std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}:{}\r\n\r\n", method, path, kGuestIPv4, kGuestCdpPort);
-  boost::system::error_code ec;
-  co_await asio::async_write(*s, asio::buffer(req), asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) co_return std::unexpected(VmError{VmError::Code::kGuest, what() + ec.message()});
-  // Chromium keeps the connection open: the answer ends where its Content-Length says.
-  auto complete = [](const std::string& b) {
-    auto head_end = b.find("\r\n\r\n");
-    if (head_end == std::string::npos) return false;
-    auto cl = b.find("Content-Length:");
-    if (cl == std::string::npos || cl > head_end) return false;
-    size_t n = std::strtoul(b.c_str() + cl + 15, nullptr, 10);
-    return b.size() >= head_end + 4 + n;
-  };
-  auto answer = co_await ReadUntil(*s, 1 << 20, timeout, complete);
-  if (!answer) co_return std::unexpected(VmError{VmError::Code::kGuest, what() + answer.error()});
-  if (!answer->starts_with("HTTP/1.1 200"))
-    co_return std::unexpected(VmError{VmError::Code::kGuest, what() + answer->substr(0, 40)});
-  co_return answer->substr(answer->find("\r\n\r\n") + 4);
+  auto answer = co_await DevToolsHttp(std::move(*s), boost::beast::http::string_to_verb(method),
+                                      path, {.timeout = timeout});
+  if (!answer)
+    co_return std::unexpected(VmError{answer.error().code == DevToolsHttpError::Code::kTimeout
+                                          ? VmError::Code::kTimeout
+                                          : VmError::Code::kGuest,
+                                      what() + answer.error().message});
+  if (answer->status != 200)
+    co_return std::unexpected(VmError{
+        VmError::Code::kGuest,
+        what() + fmt::format("answered {}: {}", answer->status, answer->body.substr(0, 80))});
+  co_return std::move(answer->body);
 }
 
 asio::awaitable<std::expected<std::map<std::string, std::string>, VmError>> SandboxManager::GuestPageIds(

@@ -1,12 +1,12 @@
 #pragma once
 // CdpProxy: Playwright, Puppeteer and other CDP clients reach the guest's Chromium through
 // deskboxd. WebSocket sessions are relayed message by message between the client and a
-// WebSocket that deskboxd opens to the guest (10.88.0.2:9222, over a TCP socket made inside the
-// sandbox's netns — the guest never names where we dial). Each direction has one message in
-// flight: a slow reader slows its writer instead of growing memory. Client→browser messages are
-// audited (method name, never params) into the sandbox's event log and counted per method.
-// When a sandbox is paused, stopped or destroyed, or the token a session was opened with is
-// revoked or expires, the session ends with a close frame that says why.
+// WebSocket that deskboxd opens to the guest (slot_network::kGuestIPv4, kGuestCdpPort, over a
+// TCP socket made inside the sandbox's netns — the guest never names where we dial). Each
+// direction has one message in flight: a slow reader slows its writer instead of growing memory.
+// Client→browser messages are audited (method name, never params) into the sandbox's event log
+// and counted per method. When a sandbox is paused, stopped or destroyed, or the token a session
+// was opened with is revoked or expires, the session ends with a close frame that says why.
 //
 // Threads: one io_context thread (deskboxd's).
 #include <boost/asio/any_io_executor.hpp>
@@ -26,11 +26,9 @@
 #include <string>
 
 #include "recorder/event_sink.h"
+#include "vmhost/devtools_http.h"
 
 namespace deskbox::cdp_proxy {
-
-inline constexpr uint16_t kGuestCdpPort = 9222;
-inline constexpr char kGuestCdpHost[] = "10.88.0.2:9222";
 
 // Opens TCP connections to a sandbox's guest CDP port (inside its netns).
 class GuestDialer {
@@ -55,10 +53,7 @@ struct CdpProxyOptions {
   size_t max_counted_methods = 1000;       // distinct method names in metrics; others count as "other"
 };
 
-struct GuestHttpAnswer {
-  unsigned status = 0;
-  std::string body;
-};
+using GuestHttpAnswer = vmhost::DevToolsAnswer;  // status and body
 
 class CdpProxy {
  public:
@@ -66,7 +61,9 @@ class CdpProxy {
            CdpProxyOptions options = {});
   ~CdpProxy();
 
-  // One request to the guest's DevTools HTTP endpoint (e.g. GET /json/list); the answer is capped.
+  // One request to the guest's DevTools HTTP endpoint (e.g. GET /json/list), through
+  // vmhost::DevToolsHttp: head and body capped (kMaxGuestJson), options.guest_timeout for the
+  // exchange. Any status is an answer; the error says why there is none.
   boost::asio::awaitable<std::expected<GuestHttpAnswer, std::string>> GuestHttp(
       const std::string& sandbox_id, boost::beast::http::verb method, const std::string& target);
 

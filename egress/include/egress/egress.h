@@ -1,6 +1,6 @@
 #pragma once
 // Egress: each attached sandbox's DNS responder and TCP proxy, serving the sockets the jailer
-// bound inside the sandbox's netns (see slot_network.h), and the audit of every decision.
+// bound inside the sandbox's netns (see common/slot_network.h), and the audit of every decision.
 //
 // - TCP: the slot's nftables send every guest TCP connection here. The proxy reads the original
 //   destination (SO_ORIGINAL_DST), sniffs the TLS SNI or HTTP Host (sniff.h), decides with the
@@ -62,8 +62,8 @@ class UplinkSockets {
 
 // The sandbox side, bound by the jailer inside the sandbox's netns.
 struct SandboxSockets {
-  UniqueFd tcp4, tcp6;  // listening, kProxyPort
-  UniqueFd udp4, udp6;  // bound, kDnsPort
+  UniqueFd tcp4, tcp6;  // listening, slot_network::kEgressProxyPort
+  UniqueFd udp4, udp6;  // bound, slot_network::kEgressDnsPort
   UniqueFd nflog;       // receiving the ruleset's log group; may be empty
 };
 

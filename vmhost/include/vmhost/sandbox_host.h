@@ -23,11 +23,6 @@
 
 namespace deskbox::vmhost {
 
-// Every sandbox's guest has the same address in its own netns (docs/design.md).
-inline constexpr const char* kGuestIPv4 = "10.88.0.2";
-inline constexpr uint16_t kGuestRfbPort = 5900;
-inline constexpr uint16_t kGuestCdpPort = 9222;
-
 struct VmError {
   enum class Code { kNotFound, kInvalidState, kCapacity, kJailer, kQemu, kAgent, kTimeout, kGuest };
   Code code;
