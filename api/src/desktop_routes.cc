@@ -51,6 +51,8 @@ void AppendUtf8(std::string& out, char32_t c) {
   }
 }
 constexpr auto kMirrorReadyTimeout = 20s;
+// How long a paste's text stays on the guest's clipboard before the next paste may replace it.
+constexpr auto kPasteHold = 600ms;
 
 // The display a model works in, and how it maps onto the screen.
 struct Display {
@@ -366,6 +368,7 @@ void DesktopRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
 }
 
 void DesktopRoutes::StopMirror(const std::string& id) {
+  last_paste_.erase(id);
   auto it = mirrors_.find(id);
   if (it == mirrors_.end()) return;
   it->second->Stop();
@@ -527,6 +530,18 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
       co_return std::unexpected(
           std::string("pasting text: the sandbox has no guest agent connection"));
     auto keep = sb;
+    // Chromium reads the clipboard after a ctrl+v when its event loop gets to it, and reads it
+    // twice. A next paste that replaces the clipboard before then made the earlier one insert
+    // nothing ("x é y 世" typed as "xy世" in CI runs with Chromium 156.0.8078.114): give the
+    // previous paste of this sandbox time to be read first.
+    if (auto last = last_paste_.find(c.id); last != last_paste_.end()) {
+      auto ready = last->second + kPasteHold;
+      if (ready > vb::FrameMirror::Clock::now()) {
+        asio::steady_timer hold(co_await asio::this_coro::executor, ready);
+        boost::system::error_code ec;
+        co_await hold.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      }
+    }
     // Where the screen stood before the clipboard changes, for the wait before ctrl+v below.
     const uint64_t seq_before_clipboard = m.seq();
     const auto clipboard_time = vb::FrameMirror::Clock::now();
@@ -584,6 +599,7 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
       paste_key.type = vb::Action::Type::kKey;
       paste_key.keys = {{vb::kKeysymControlL, 'v'}};
       if (auto k = co_await vb::Perform(m, paste_key); !k) co_return k;
+      last_paste_[c.id] = vb::FrameMirror::Clock::now();
       auto settled = co_await m.Settle(before, t0, o);
       if (settled.changed) break;
       if (press == 0)

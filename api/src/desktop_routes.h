@@ -59,6 +59,7 @@ class DesktopRoutes final : public SandboxStateListener {
 
   ApiContext& ctx_;
   std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
+  std::map<std::string, vnc_bridge::FrameMirror::Clock::time_point> last_paste_;  // last ctrl+v, per sandbox
 };
 
 }  // namespace deskbox::api

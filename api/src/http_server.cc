@@ -253,6 +253,7 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
   std::string remote = ec ? "" : fmt::format("{}:{}", peer.address().to_string(), peer.port());
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  bool body_left = false;  // the last request's body was not read to its end
   for (;;) {
     Exchange::Parser parser;
     parser.header_limit(options_.header_limit);
@@ -296,6 +297,7 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
       }
     }
     if (!parser.is_done() || ex.body_failed()) keep_alive = false;
+    body_left = !parser.is_done();
     if (res.stream) {
       http::response<http::empty_body> head{static_cast<http::status>(res.status), version};
       head.set(http::field::content_type, res.content_type);
@@ -324,6 +326,19 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
     if (!keep_alive) break;
   }
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  // A client still sending a body we answered early (an upload refused or ended by a delete)
+  // must get to read the answer: closing with its bytes unread would reset the connection and
+  // could discard the answer on its side. So read and drop for a moment (bounded), then close.
+  if (!ec && body_left) {
+    char sink[16384];
+    size_t dropped = 0;
+    stream.expires_after(std::chrono::seconds(1));
+    while (dropped < (1u << 20)) {
+      size_t n = co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || n == 0) break;
+      dropped += n;
+    }
+  }
   stream.close();
 }
 

@@ -3,9 +3,14 @@ actions batch, a pause and a CDP session. Each ends with a clear answer -- a JSO
 for the HTTP calls, a WebSocket close for the CDP session -- nothing crashes, and the deployment
 is left as it was (QEMU processes, network namespaces, deskboxd's file descriptors)."""
 
+import select
+import socket
 import threading
 import time
 import unittest
+from types import SimpleNamespace
+
+from requests.structures import CaseInsensitiveDict
 
 from harness import ApiTestCase, describe
 from wsclient import WS_CLOSE, close_reason, ws_connect
@@ -42,11 +47,39 @@ class DeleteDuringOperationsTest(ApiTestCase):
             except Exception as e:  # noqa: BLE001 - reported by the assertions below
                 results[name] = e
 
-        def upload_body():
-            # A slow upload: 64 KiB a second for up to 30 s (the delete ends it sooner).
-            for _ in range(30):
-                yield b"x" * 65536
-                time.sleep(1)
+        def slow_upload():
+            # 64 KiB a second for up to 30 s, watching for an answer between chunks as curl does:
+            # the delete ends the upload with an answer before the body is sent.
+            sock = socket.create_connection(("127.0.0.1", dbx.port), timeout=60)
+            try:
+                sock.sendall((f"PUT {base}/files?path=/tmp/slow-upload HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              f"Authorization: Bearer {dbx.key}\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
+                for _ in range(30):
+                    if select.select([sock], [], [], 0)[0]:
+                        break
+                    try:
+                        sock.sendall(b"10000\r\n" + b"x" * 65536 + b"\r\n")
+                    except OSError:
+                        break
+                    time.sleep(1)
+                answer = b""
+                while True:
+                    try:
+                        data = sock.recv(65536)
+                    except OSError:
+                        break
+                    if not data:
+                        break
+                    answer += data
+                head, _, body = answer.partition(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
+                return SimpleNamespace(status_code=status, content=body, text=body.decode("utf-8", "replace"),
+                                       headers=CaseInsensitiveDict(
+                                           [line.split(": ", 1) for line in head.decode().split("\r\n")[1:]
+                                            if ": " in line]),
+                                       request=SimpleNamespace(method="PUT", url=f"{base}/files"))
+            finally:
+                sock.close()
 
         def screenshots():
             statuses = []
@@ -78,8 +111,7 @@ class DeleteDuringOperationsTest(ApiTestCase):
         threads = [
             threading.Thread(target=record, args=("exec", lambda: dbx.post(
                 f"{base}/exec", json={"shell": "sleep 40"}, timeout=120))),
-            threading.Thread(target=record, args=("upload", lambda: dbx.request(
-                "PUT", f"{base}/files", params={"path": "/tmp/slow-upload"}, data=upload_body(), timeout=120))),
+            threading.Thread(target=record, args=("upload", slow_upload)),
             threading.Thread(target=record, args=("actions", lambda: dbx.post(
                 f"{base}/actions", json={"actions": [{"type": "wait", "duration_ms": 15000}]}, timeout=120))),
             threading.Thread(target=record, args=("screenshots", screenshots)),
