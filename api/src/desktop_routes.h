@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api_context.h"
+#include "computer_use/display.h"
 #include "vnc_bridge/input.h"
 #include "vnc_bridge/mirror.h"
 
@@ -36,16 +37,19 @@ class DesktopRoutes final : public SandboxStateListener {
   void StopMirror(const std::string& id);
   // The display a call works in: its own `display` (`asked`), else the one declared for the
   // sandbox (create or PATCH), else none (the screen's size).
-  std::optional<std::pair<uint32_t, uint32_t>> EffectiveDisplay(
-      const std::string& id, const std::optional<std::pair<uint32_t, uint32_t>>& asked) const;
-  // Types text: keysyms, or the clipboard for characters the guest's X server has no spare
-  // keycode for (desktop_routes.cc says which).
-  boost::asio::awaitable<std::expected<void, std::string>> TypeText(Call& c,
-                                                                    vnc_bridge::FrameMirror& m,
-                                                                    const std::u32string& text);
+  std::optional<computer_use::DisplaySize> EffectiveDisplay(
+      const std::string& id, const std::optional<computer_use::DisplaySize>& asked) const;
+  // Types text in sandbox `id`: keysyms, or the clipboard for characters the guest's X server
+  // has no spare keycode for (computer_use/typing.h says which).
+  boost::asio::awaitable<std::expected<void, std::string>> TypeText(
+      const std::string& id, vnc_bridge::FrameMirror& m, const std::u32string& text);
+  // Puts `utf8` on the guest's clipboard and presses ctrl+v once the guest is ready for it.
+  boost::asio::awaitable<std::expected<void, std::string>> Paste(const std::string& id,
+                                                                 vnc_bridge::FrameMirror& m,
+                                                                 const std::string& utf8);
   // A key action: its combos in order, a lone character beyond ASCII typed (pasted) instead.
   boost::asio::awaitable<std::expected<void, std::string>> PressKeys(
-      Call& c, vnc_bridge::FrameMirror& m, const vnc_bridge::Action& action);
+      const std::string& id, vnc_bridge::FrameMirror& m, const vnc_bridge::Action& action);
   struct StepOutcome {
     size_t performed = 0;
     vnc_bridge::SettleResult settled;

@@ -1,11 +1,11 @@
 #include "guest_routes.h"
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
 
 #include <set>
 
 #include "api/json_input.h"
+#include "common/base64.h"
 
 namespace deskbox::api {
 
@@ -66,21 +66,22 @@ void GuestRoutes::Register(Router& router) {
   add(verb::put, "/v1/sandboxes/{id}/clipboard", &GuestRoutes::PutClipboard);
 }
 
-std::expected<std::shared_ptr<vmhost::Sandbox>, HttpResponse> GuestRoutes::AgentOf(
-    const std::string& id) const {
-  auto sb = ctx_.manager.Find(id);
-  if (!sb || !sb->agent || sb->agent->closed())
+std::expected<GuestRoutes::AgentCall, HttpResponse> GuestRoutes::BeginAgentCall(
+    const std::string& id, std::string what) const {
+  auto op = ctx_.sandboxes.BeginGuestOperation(id, std::move(what));
+  if (!op) return std::unexpected(op.error());
+  auto agent = ctx_.manager.Agent(id);
+  if (!agent)
     return std::unexpected(
         Error(502, "guest_error", fmt::format("sandbox {} has no guest agent connection", id)));
-  return sb;
+  return AgentCall{std::move(*op), std::move(agent)};
 }
 
 Reply GuestRoutes::Exec(Call& c) {
   auto body = co_await ReadJson(c);
   if (!body) co_return body.error();
   ObjectReader in(*body);
-  agent::v1::Request req;
-  auto* e = req.mutable_exec();
+  vmhost::ExecSpec spec;
   auto ev = c.NewEvent(c.id);
   if (const json* argv = in.Array("argv")) {
     if (argv->empty() || argv->size() > 4096) in.Fail("argv must have 1 to 4096 elements");
@@ -89,17 +90,17 @@ Reply GuestRoutes::Exec(Call& c) {
         in.Fail("argv elements must be strings");
         break;
       }
-      e->add_argv(a.get<std::string>());
+      spec.argv.push_back(a.get<std::string>());
       ev.mutable_exec()->add_argv(a.get<std::string>());
     }
   }
   auto shell = in.String("shell", 1, 256 * 1024);
   if (shell) {
-    e->set_shell(*shell);
+    spec.shell = *shell;
     ev.mutable_exec()->set_shell(*shell);
   }
-  if (in.ok() && e->argv_size() > 0 && shell) in.Fail("give either argv or shell, not both");
-  if (in.ok() && e->argv_size() == 0 && !shell) in.Fail("argv or shell is required");
+  if (in.ok() && !spec.argv.empty() && shell) in.Fail("give either argv or shell, not both");
+  if (in.ok() && spec.argv.empty() && !shell) in.Fail("argv or shell is required");
   if (const json* env = in.Object("env")) {
     for (auto it = env->begin(); it != env->end() && in.ok(); ++it) {
       if (!it->is_string())
@@ -108,66 +109,51 @@ Reply GuestRoutes::Exec(Call& c) {
                it.key().find('\0') != std::string::npos)
         in.Fail(fmt::format("env name '{}' is not valid", it.key()));
       else
-        (*e->mutable_env())[it.key()] = it->get<std::string>();
+        spec.env[it.key()] = it->get<std::string>();
     }
   }
   if (auto cwd = in.String("cwd", 1, kMaxPathBytes)) {
     if ((*cwd)[0] != '/') in.Fail("cwd must be an absolute path");
-    e->set_cwd(*cwd);
+    spec.cwd = *cwd;
   }
   if (auto in_b64 = in.String("stdin_b64", 0, kMaxJsonBody)) {
-    std::string decoded;
-    decoded.resize(in_b64->size() / 4 * 3 + 3);
-    int n = in_b64->empty()
-                ? 0
-                : EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
-                                  reinterpret_cast<const unsigned char*>(in_b64->data()),
-                                  static_cast<int>(in_b64->size()));
-    if (n < 0 || in_b64->size() % 4 != 0) {
+    if (auto decoded = Base64Decode(*in_b64))
+      spec.stdin_data = std::move(*decoded);
+    else
       in.Fail("stdin_b64 is not valid base64");
-    } else {
-      size_t pad = 0;
-      if (!in_b64->empty() && in_b64->back() == '=') ++pad;
-      if (in_b64->size() > 1 && (*in_b64)[in_b64->size() - 2] == '=') ++pad;
-      decoded.resize(static_cast<size_t>(n) - pad);
-      e->set_stdin(decoded);
-    }
   }
   auto timeout = in.Integer("timeout_s", 1, 3600);
-  e->set_timeout_s(static_cast<uint32_t>(timeout.value_or(60)));
+  spec.timeout = std::chrono::seconds(timeout.value_or(60));
   auto encoding = in.Enum("encoding", {"utf8", "base64"}).value_or("utf8");
   if (auto m = in.Integer("max_output_bytes", 1, 6 << 20))
-    e->set_max_output_bytes(static_cast<uint64_t>(*m));
+    spec.max_output_bytes = static_cast<uint64_t>(*m);
   if (auto err = in.Finish()) co_return Error(400, "invalid_request", *err);
-  auto r =
-      co_await CallAgent(c.id, "exec", std::move(req), std::chrono::seconds(e->timeout_s() + 15));
-  if (!r) co_return r.error();
-  const auto& x = r->exec();
+  auto call = BeginAgentCall(c.id, "exec");
+  if (!call) co_return call.error();
+  auto r = co_await call->agent->Exec(std::move(spec));
+  if (auto gone = call->op.Interrupted()) co_return *gone;
+  if (!r) co_return FromAgentError(r.error());
+  const auto& x = *r;
   auto* xe = ev.mutable_exec();
-  xe->set_exit_code(x.exit_code());
-  xe->set_signal(x.signal());
-  xe->set_duration_ms(static_cast<uint32_t>(x.duration_ms()));
-  xe->set_timed_out(x.timed_out());
-  xe->set_stdout_bytes(x.stdout().size());
-  xe->set_stderr_bytes(x.stderr().size());
+  xe->set_exit_code(x.exit_code);
+  xe->set_signal(x.signal);
+  xe->set_duration_ms(static_cast<uint32_t>(x.duration.count()));
+  xe->set_timed_out(x.timed_out);
+  xe->set_stdout_bytes(x.stdout_data.size());
+  xe->set_stderr_bytes(x.stderr_data.size());
   ctx_.events.Emit(std::move(ev));
   auto text = [&](const std::string& s) -> json {
     if (encoding == "utf8") return s;  // Dump() replaces invalid UTF-8
-    std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
-    int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                            reinterpret_cast<const unsigned char*>(s.data()),
-                            static_cast<int>(s.size()));
-    out.resize(static_cast<size_t>(n));
-    return out;
+    return Base64Encode(s);
   };
-  co_return Json(200, {{"exit_code", x.exit_code()},
-                       {"signal", x.signal()},
-                       {"stdout", text(x.stdout())},
-                       {"stderr", text(x.stderr())},
+  co_return Json(200, {{"exit_code", x.exit_code},
+                       {"signal", x.signal},
+                       {"stdout", text(x.stdout_data)},
+                       {"stderr", text(x.stderr_data)},
                        {"encoding", encoding},
-                       {"truncated", x.truncated()},
-                       {"timed_out", x.timed_out()},
-                       {"duration_ms", x.duration_ms()}});
+                       {"truncated", x.truncated},
+                       {"timed_out", x.timed_out},
+                       {"duration_ms", x.duration.count()}});
 }
 
 Reply GuestRoutes::PutFile(Call& c) {
@@ -190,19 +176,12 @@ Reply GuestRoutes::PutFile(Call& c) {
   if (auto cl = c.ex.content_length(); cl && *cl > kMaxFileBytes)
     co_return Error(413, "payload_too_large",
                     fmt::format("files are limited to {} bytes", kMaxFileBytes));
-  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "file upload");
-  if (!op) co_return op.error();
-  auto sb = AgentOf(c.id);
-  if (!sb) co_return sb.error();
-  auto keep = *sb;
-  auto stream = keep->agent->OpenStream();
-  constexpr size_t kChunk = 256 * 1024;
-  std::string buf(kChunk, '\0');
-  uint64_t offset = 0;
+  auto call = BeginAgentCall(c.id, "file upload");
+  if (!call) co_return call.error();
+  auto writer = call->agent->WriteFile({.path = path, .mode = mode, .create_parents = parents});
+  std::string buf(vmhost::AgentGuest::kFileChunkBytes, '\0');
   std::optional<HttpResponse> failed;
-  std::string pending;  // one chunk held back so the last one can be marked
-  bool ended = false;
-  while (!ended) {
+  for (bool ended = false; !ended;) {
     auto n = co_await c.ex.ReadSome(std::span<char>(buf.data(), buf.size()), kMaxFileBytes);
     if (!n) {
       failed = n.error().code == BodyError::Code::kTooLarge
@@ -212,63 +191,33 @@ Reply GuestRoutes::PutFile(Call& c) {
       break;
     }
     ended = *n == 0;
-    pending.append(buf.data(), *n);
-    // Full chunks as they come; at the end, the rest (an empty file is one empty last chunk).
-    while (pending.size() >= kChunk || ended) {
-      size_t take = std::min(pending.size(), kChunk);
-      bool last = ended && take == pending.size();
-      agent::v1::Request req;
-      auto* w = req.mutable_file_write();
-      w->set_path(path);
-      w->set_offset(offset);
-      w->set_data(pending.substr(0, take));
-      w->set_last(last);
-      w->set_mode(mode);
-      w->set_create_parents(parents);
-      auto s = co_await stream->Send(std::move(req));
-      if (!s) {
-        failed = FromAgentError(s.error(), true);
-        break;
-      }
-      offset += take;
-      pending.erase(0, take);
-      if (last) break;
+    if (auto w = co_await writer->Write(std::string_view(buf.data(), *n), ended); !w) {
+      failed = FromAgentError(w.error(), true);
+      break;
     }
-    if (failed) break;
   }
+  if (!failed)
+    if (auto done = co_await writer->Finish(); !done) failed = FromAgentError(done.error(), true);
+  if (auto gone = call->op.Interrupted()) failed = *gone;
   auto ev = c.NewEvent(c.id);
   auto* f = ev.mutable_file();
   f->set_direction("upload");
   f->set_path(path);
-  if (!failed) {
-    auto ack = co_await stream->Next(120s);
-    if (!ack)
-      failed = Error(502, "guest_error", "the guest agent ended the write without an answer");
-    else if (!*ack)
-      failed = FromAgentError(ack->error(), true);
-  }
-  if (auto gone = op->Interrupted()) failed = *gone;
-  f->set_bytes(offset);
+  f->set_bytes(writer->bytes_sent());
   f->set_ok(!failed);
   if (failed)
     f->set_error(ParseJson(failed->body).value_or(json::object())["error"].value("message", ""));
   ctx_.events.Emit(std::move(ev));
   if (failed) co_return *failed;
-  co_return Json(200, {{"path", path}, {"bytes", offset}});
+  co_return Json(200, {{"path", path}, {"bytes", writer->bytes_sent()}});
 }
 
 Reply GuestRoutes::GetFile(Call& c) {
   std::string path;
   if (auto bad = FileQuery(c.ex, &path, {"path"})) co_return FileQueryError(c.ex, *bad);
-  auto op = ctx_.sandboxes.BeginGuestOperation(c.id, "file download");
-  if (!op) co_return op.error();
-  auto sb = AgentOf(c.id);
-  if (!sb) co_return sb.error();
-  auto keep = *sb;
-  std::shared_ptr<vmhost::AgentClient::Stream> stream = keep->agent->OpenStream();
-  agent::v1::Request req;
-  req.mutable_file_read()->set_path(path);
-  req.mutable_file_read()->set_chunk_bytes(256 * 1024);
+  auto call = BeginAgentCall(c.id, "file download");
+  if (!call) co_return call.error();
+  std::shared_ptr<vmhost::FileReader> reader = call->agent->ReadFile(path);
   auto ev = c.NewEvent(c.id);
   ev.mutable_file()->set_direction("download");
   ev.mutable_file()->set_path(path);
@@ -277,46 +226,43 @@ Reply GuestRoutes::GetFile(Call& c) {
     e.mutable_file()->set_error(why);
     ctx_.events.Emit(std::move(e));
   };
-  if (auto s = co_await stream->Send(std::move(req)); !s) co_return FromAgentError(s.error(), true);
-  auto first = co_await stream->Next(60s);
-  if (auto gone = op->Interrupted()) {
+  auto first = co_await reader->Open();
+  if (auto gone = call->op.Interrupted()) {
     fail_event("the sandbox went away");
     co_return *gone;
   }
-  if (!first || !*first) {
-    auto err = !first ? vmhost::AgentError{vmhost::AgentError::Code::kClosed,
-                                           "no answer from the guest agent"}
-                      : first->error();
-    fail_event(err.message);
-    co_return FromAgentError(err, true);
+  if (!first) {
+    fail_event(first.error().message);
+    co_return FromAgentError(first.error(), true);
   }
-  if ((*first)->file_chunk().total_size() > kMaxFileBytes) {
+  if (first->total_size > kMaxFileBytes) {
     fail_event("file too large");
     co_return Error(413, "payload_too_large",
                     fmt::format("files are limited to {} bytes", kMaxFileBytes));
   }
   HttpResponse res;
   res.content_type = "application/octet-stream";
-  res.headers.emplace_back("X-File-Size", std::to_string((*first)->file_chunk().total_size()));
-  auto chunk = std::make_shared<agent::v1::Response>(std::move(**first));
-  res.stream = [this, keep, stream, chunk, ev](ChunkWriter& w) mutable -> asio::awaitable<void> {
+  res.headers.emplace_back("X-File-Size", std::to_string(first->total_size));
+  // The agent (and through it the sandbox) lives as long as the body is being sent.
+  auto chunk = std::make_shared<vmhost::FileChunk>(std::move(*first));
+  res.stream = [this, agent = call->agent, reader, chunk,
+                ev](ChunkWriter& w) mutable -> asio::awaitable<void> {
     uint64_t bytes = 0;
     std::string error;
-    agent::v1::Response cur = std::move(*chunk);
+    vmhost::FileChunk cur = std::move(*chunk);
     for (;;) {
-      const auto& fc = cur.file_chunk();
-      bytes += fc.data().size();
-      if (!(co_await w.Write(fc.data()))) {
+      bytes += cur.data.size();
+      if (!(co_await w.Write(cur.data))) {
         error = "client went away";
         break;
       }
-      if (fc.final()) break;
-      auto next = co_await stream->Next(60s);
-      if (!next || !*next) {
-        error = !next ? "the guest agent ended the read early" : next->error().message;
+      if (cur.final) break;
+      auto next = co_await reader->Next();
+      if (!next) {
+        error = next.error().message;
         break;
       }
-      cur = std::move(**next);
+      cur = std::move(*next);
     }
     auto* f = ev.mutable_file();
     f->set_bytes(bytes);
@@ -331,11 +277,12 @@ Reply GuestRoutes::GetFile(Call& c) {
 }
 
 Reply GuestRoutes::GetClipboard(Call& c) {
-  agent::v1::Request req;
-  req.mutable_clipboard_get();
-  auto r = co_await CallAgent(c.id, "clipboard read", std::move(req), 15s);
-  if (!r) co_return r.error();
-  co_return Json(200, {{"text", r->clipboard().text()}});
+  auto call = BeginAgentCall(c.id, "clipboard read");
+  if (!call) co_return call.error();
+  auto text = co_await call->agent->GetClipboard();
+  if (auto gone = call->op.Interrupted()) co_return *gone;
+  if (!text) co_return FromAgentError(text.error());
+  co_return Json(200, {{"text", *text}});
 }
 
 Reply GuestRoutes::PutClipboard(Call& c) {
@@ -345,26 +292,12 @@ Reply GuestRoutes::PutClipboard(Call& c) {
   auto text = in.String("text", 0, 1 << 20);
   if (in.ok() && !text) in.Fail("text is required");
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
-  agent::v1::Request req;
-  req.mutable_clipboard_set()->set_text(*text);
-  auto r = co_await CallAgent(c.id, "clipboard write", std::move(req), 15s);
-  if (!r) co_return r.error();
+  auto call = BeginAgentCall(c.id, "clipboard write");
+  if (!call) co_return call.error();
+  auto set = co_await call->agent->SetClipboard(std::move(*text));
+  if (auto gone = call->op.Interrupted()) co_return *gone;
+  if (!set) co_return FromAgentError(set.error());
   co_return NoContent();
-}
-
-asio::awaitable<std::expected<agent::v1::Response, HttpResponse>> GuestRoutes::CallAgent(
-    const std::string& id, std::string what, agent::v1::Request request,
-    std::chrono::milliseconds timeout) {
-  using R = std::expected<agent::v1::Response, HttpResponse>;
-  auto op = ctx_.sandboxes.BeginGuestOperation(id, std::move(what));
-  if (!op) co_return R(std::unexpected(op.error()));
-  auto sb = AgentOf(id);
-  if (!sb) co_return R(std::unexpected(sb.error()));
-  auto keep = *sb;  // the agent client lives as long as this call
-  auto r = co_await keep->agent->Call(std::move(request), timeout);
-  if (auto gone = op->Interrupted()) co_return R(std::unexpected(*gone));
-  if (!r) co_return R(std::unexpected(FromAgentError(r.error())));
-  co_return R(std::move(*r));
 }
 
 }  // namespace deskbox::api

@@ -17,14 +17,14 @@ class GuestRoutes {
   Reply GetFile(Call& c);
   Reply GetClipboard(Call& c);
   Reply PutClipboard(Call& c);
-  // The sandbox's VM with a live agent connection, or the answer (502) when it has none.
-  std::expected<std::shared_ptr<vmhost::Sandbox>, HttpResponse> AgentOf(
-      const std::string& id) const;
-  // One agent call as a guest operation on a running sandbox: the agent's answer, or the HTTP
-  // answer when the sandbox is unknown, not running, deleted meanwhile or the call failed.
-  boost::asio::awaitable<std::expected<agent::v1::Response, HttpResponse>> CallAgent(
-      const std::string& id, std::string what, agent::v1::Request request,
-      std::chrono::milliseconds timeout);
+  // A guest operation on a running sandbox and its agent, held for one call; or the answer
+  // when the sandbox is unknown, not running, or has no agent connection (502).
+  struct AgentCall {
+    SandboxRegistry::GuestOperation op;
+    std::shared_ptr<vmhost::GuestAgent> agent;
+  };
+  std::expected<AgentCall, HttpResponse> BeginAgentCall(const std::string& id,
+                                                        std::string what) const;
 
   ApiContext& ctx_;
 };

@@ -216,32 +216,6 @@ Reply LifecycleRoutes::ListTemplates(Call&) {
   co_return Json(200, {{"templates", json::array({t})}});
 }
 
-asio::awaitable<std::expected<void, std::string>> LifecycleRoutes::Resize(vmhost::Sandbox& sb,
-                                                                          uint32_t w, uint32_t h) {
-  // Xvnc resizes its framebuffer through RANDR to any mode of its output; a size not listed
-  // yet is added as a mode first (Xvnc ignores the timings). Openbox re-fits maximized windows.
-  static constexpr char kScript[] =
-      "export DISPLAY=:0; M=\"${1}x${2}\"; "
-      "xrandr -q | grep -q \"^ *$M \" || { xrandr --newmode \"$M\" 60 $1 $1 $1 $1 $2 $2 $2 $2 && "
-      "xrandr --addmode VNC-0 \"$M\"; } && xrandr --output VNC-0 --mode \"$M\" && "
-      "xdpyinfo | grep -q \"dimensions: *$M \"";
-  agent::v1::Request req;
-  auto* e = req.mutable_exec();
-  e->add_argv("/bin/sh");
-  e->add_argv("-c");
-  e->add_argv(kScript);
-  e->add_argv("sh");
-  e->add_argv(std::to_string(w));
-  e->add_argv(std::to_string(h));
-  e->set_timeout_s(15);
-  auto r = co_await sb.agent->Call(std::move(req), 20s);
-  if (!r) co_return std::unexpected(r.error().message);
-  if (r->exec().exit_code() != 0)
-    co_return std::unexpected(
-        fmt::format("the display refused {}x{}: {}", w, h, r->exec().stderr().substr(0, 300)));
-  co_return std::expected<void, std::string>{};
-}
-
 Reply LifecycleRoutes::CreateSandbox(Call& c) {
   const DaemonConfig& config = ctx_.config;
   auto body = co_await ReadJson(c);
@@ -305,10 +279,16 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   --creating_;
   if (!sb) co_return FromVmError(sb.error());
   if (resize) {
-    auto r = co_await Resize(**sb, width, height);
-    if (!r) {
+    std::string refused = "the sandbox has no guest agent connection";
+    bool resized = false;
+    if (auto agent = ctx_.manager.Agent((*sb)->id)) {
+      auto r = co_await agent->ResizeDisplay(width, height);
+      resized = r.has_value();
+      if (!r) refused = r.error().message;
+    }
+    if (!resized) {
       co_await ctx_.manager.Destroy((*sb)->id);
-      co_return Error(422, "unsupported_resolution", r.error());
+      co_return Error(422, "unsupported_resolution", refused);
     }
   }
   // The policy is in force before the client hears of the sandbox.

@@ -34,8 +34,6 @@ class LifecycleRoutes {
   Reply DeleteSandbox(Call& c);
   Reply PauseSandbox(Call& c);
   Reply ResumeSandbox(Call& c);
-  boost::asio::awaitable<std::expected<void, std::string>> Resize(vmhost::Sandbox& sb, uint32_t w,
-                                                                  uint32_t h);
   bool RateLimitAllows(double* retry_after_s);
   // vmhost's own report of a change: a QEMU that exits turns its sandbox failed.
   void OnVmTransition(const vmhost::Sandbox& sb, vmhost::SandboxState from);

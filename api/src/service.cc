@@ -45,17 +45,17 @@ HttpResponse FromVmError(const vmhost::VmError& e) {
 HttpResponse FromAgentError(const vmhost::AgentError& e, bool file) {
   using C = vmhost::AgentError::Code;
   if (e.code == C::kTimeout) return Error(504, "guest_timeout", e.message);
-  if (e.code == C::kGuest && file) {
-    switch (static_cast<agent::v1::Error::Code>(e.guest_code)) {
-      case agent::v1::Error::INVALID_ARGUMENT:
+  if (file) {
+    switch (vmhost::RefusalOf(e)) {
+      case vmhost::GuestRefusal::kInvalidArgument:
         return Error(400, "invalid_path", e.message);
-      case agent::v1::Error::NOT_FOUND:
+      case vmhost::GuestRefusal::kNotFound:
         return Error(404, "file_not_found", e.message);
-      case agent::v1::Error::TOO_LARGE:
+      case vmhost::GuestRefusal::kTooLarge:
         return Error(413, "payload_too_large", e.message);
-      case agent::v1::Error::TIMEOUT:
+      case vmhost::GuestRefusal::kTimeout:
         return Error(504, "guest_timeout", e.message);
-      default:
+      case vmhost::GuestRefusal::kOther:
         break;
     }
   }

@@ -5,7 +5,6 @@
 #include <map>
 
 #include "cli/args.h"
-#include "cli/base64.h"
 #include "cli/output.h"
 #include "cli/requests.h"
 #include "cli/server_url.h"
@@ -595,32 +594,6 @@ TEST(Keys, Subcommands) {
 TEST(Templates, Request) {
   ParseAs<TemplatesCommand>({"templates"});
   EXPECT_EQ(TemplatesRequest().target, "/v1/templates");
-}
-
-// ---- base64 ----
-
-TEST(Base64, RoundTripsEveryLength) {
-  std::string bytes;
-  for (int i = 0; i < 300; ++i) {
-    auto decoded = Base64Decode(Base64Encode(bytes));
-    ASSERT_TRUE(decoded) << i;
-    EXPECT_EQ(*decoded, bytes);
-    bytes.push_back(static_cast<char>(i * 37));
-  }
-}
-
-TEST(Base64, KnownVectors) {
-  EXPECT_EQ(Base64Encode(""), "");
-  EXPECT_EQ(Base64Encode("f"), "Zg==");
-  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
-  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
-  EXPECT_EQ(Base64Decode("Zm9vYg==").value_or("?"), "foob");
-  EXPECT_EQ(Base64Encode(std::string("\xff\xfe\x00", 3)), "//4A");
-}
-
-TEST(Base64, RejectsMalformed) {
-  for (const char* bad : {"Zg=", "Z===", "Zh==", "Zm9=Zm9v", "Zm 9", "Zm9v\n", "====", "Zm-_"})
-    EXPECT_FALSE(Base64Decode(bad)) << bad;
 }
 
 // ---- Output ----

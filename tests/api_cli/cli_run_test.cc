@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "cli/base64.h"
+#include "common/base64.h"
 
 namespace deskbox::cli {
 namespace {

@@ -6,8 +6,7 @@
 #include <boost/asio/detached.hpp>
 #include <thread>
 
-#include "api/json_input.h"
-#include "service_harness.h"
+#include "api_routes_fixture.h"
 
 namespace deskbox::api {
 namespace {
@@ -16,41 +15,6 @@ using boost::beast::http::verb;
 using nlohmann::json;
 using vmhost::SandboxState;
 using vmhost::VmError;
-
-json Body(const ClientResponse& r) { return ParseJson(r.body).value_or(json()); }
-std::string Code(const ClientResponse& r) {
-  auto j = Body(r);
-  return j.is_object() && j.contains("error") ? j["error"].value("code", "") : "";
-}
-std::string TestName() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
-class ApiRoutesTest : public ::testing::Test {
- protected:
-  explicit ApiRoutesTest(std::function<void(DaemonConfig&)> configure = {}) : h_(TestName(), std::move(configure)) {}
-  void SetUp() override { h_.Start(); }
-
-  std::string Create(const json& body = json::object()) {
-    auto r = h_.Call(verb::post, "/v1/sandboxes", body.dump());
-    EXPECT_EQ(r.status, 201u) << r.body;
-    return Body(r).value("id", "");
-  }
-  std::string State(const std::string& id) { return Body(h_.Call(verb::get, "/v1/sandboxes/" + id)).value("state", ""); }
-  std::string Token(const std::string& id, const std::string& scope, int ttl_s = 3600) {
-    auto r = h_.Call(verb::post, "/v1/sandboxes/" + id + "/tokens", json{{"scope", scope}, {"ttl_s", ttl_s}}.dump());
-    EXPECT_EQ(r.status, 201u) << r.body;
-    return Body(r).value("token", "");
-  }
-  // Polls until the sandbox is in `state` (the timeout clock ticks every 250 ms on the server).
-  bool WaitState(const std::string& id, const std::string& state) {
-    for (int i = 0; i < 40; ++i) {
-      if (State(id) == state) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-
-  ServiceHarness h_;
-};
 
 TEST_F(ApiRoutesTest, HealthIsOpenAndMetricsNeedAKey) {
   EXPECT_EQ(h_.Call(verb::get, "/healthz", "", "").status, 200u);
@@ -272,8 +236,9 @@ TEST_F(ApiRoutesTest, GuestRoutesCheckInputAndState) {
   EXPECT_EQ(h_.Call(verb::post, base + "/exec", "{}").status, 400u);
   EXPECT_EQ(h_.Call(verb::post, base + "/exec", R"({"argv": ["a"], "shell": "b"})").status, 400u);
   EXPECT_EQ(h_.Call(verb::post, base + "/exec", R"({"shell": "true", "stdin_b64": "%%%"})").status, 400u);
+  h_.OnServer([&] { return h_.host().agents.erase(id); });
   auto r = h_.Call(verb::post, base + "/exec", R"({"shell": "true"})");
-  EXPECT_EQ(r.status, 502u) << "the fake VM has no guest agent: " << r.body;
+  EXPECT_EQ(r.status, 502u) << "the sandbox has no guest agent now: " << r.body;
   EXPECT_EQ(Code(r), "guest_error");
   EXPECT_EQ(Code(h_.Call(verb::get, base + "/files?path=relative")), "invalid_path");
   EXPECT_EQ(Code(h_.Call(verb::get, base + "/files")), "invalid_request");

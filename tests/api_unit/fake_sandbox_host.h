@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 
+#include "fake_guest_agent.h"
 #include "vmhost/sandbox_host.h"
 
 namespace deskbox::api {
@@ -36,6 +37,10 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   std::optional<VmError> fail_next_create, fail_next_pause, fail_next_resume, fail_next_egress;
   std::set<std::string> adopt;  // ids Recover adopts (running); the rest are lost
   std::vector<std::string> calls;
+  // Each sandbox's guest agent, made with it; erase one to take the sandbox's agent away.
+  std::map<std::string, std::shared_ptr<vmhost::testing::FakeGuestAgent>> agents;
+  // Scripts each agent as it is made.
+  std::function<void(vmhost::testing::FakeGuestAgent&)> on_agent;
   // The VM of `id` exits: failed, as vmhost reports it.
   void Exit(const std::string& id, std::string why) {
     auto sb = Find(id);
@@ -67,6 +72,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
       sb->qemu_pid = w.qemu_pid;
       sb->state = State::kRunning;
       sandboxes_[w.id] = sb;
+      MakeAgent(w.id);
       out.push_back({w.id, true, State::kRunning, ""});
     }
     co_return out;
@@ -82,6 +88,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
     sb->state = State::kRunning;
     sb->path = vmhost::CreatePath::kWarm;
     sandboxes_[sb->id] = sb;
+    MakeAgent(sb->id);
     co_return sb;
   }
   boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox>,
@@ -109,6 +116,10 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   std::shared_ptr<Sandbox> Find(const std::string& id) const override {
     auto it = sandboxes_.find(id);
     return it == sandboxes_.end() ? nullptr : it->second;
+  }
+  std::shared_ptr<vmhost::GuestAgent> Agent(const std::string& id) const override {
+    auto it = agents.find(id);
+    return Find(id) && it != agents.end() ? it->second : nullptr;
   }
   vmhost::PoolStats Stats() const override {
     vmhost::PoolStats s;
@@ -142,6 +153,11 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   const std::string& accelerator() const override { return accelerator_; }
 
  private:
+  void MakeAgent(const std::string& id) {
+    auto agent = std::make_shared<vmhost::testing::FakeGuestAgent>();
+    if (on_agent) on_agent(*agent);
+    agents[id] = std::move(agent);
+  }
   std::expected<void, VmError> Move(const std::string& id, State from, State to, std::optional<VmError>& fail) {
     if (fail) return std::unexpected(*std::exchange(fail, std::nullopt));
     auto sb = Find(id);

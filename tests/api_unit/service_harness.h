@@ -3,6 +3,8 @@
 // FakeSandboxHost and a FakeClock, with a real Store, event log and HTTP server on 127.0.0.1:0.
 #include <unistd.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <filesystem>
 
 #include "api/service.h"

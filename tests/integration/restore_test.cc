@@ -307,7 +307,7 @@ TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
       [&] { return (after = CacheResidentKib(sb->qemu_pid).second) < t->resident_before_kib / 4; },
       10s))
       << t->resident_before_kib << " KiB before the trim, " << after << " after";
-  EXPECT_EQ(sb->trims, 1u);
+  EXPECT_EQ(sb->idle_trim.trims(), 1u);
   // The guest runs on: it translates again what it runs.
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
   EXPECT_EQ(Exec(*sb, "echo trimmed"), "trimmed\n");
@@ -317,12 +317,12 @@ TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
   EXPECT_LT(CacheResidentKib(sb->qemu_pid).second, t->resident_before_kib) << "the whole cache came back";
   // Asked to trim only a cache bigger than 1 GiB, the jailer leaves this one: not signalled, not
   // counted, its size reported.
-  unsigned trims = sb->trims;
+  unsigned trims = sb->idle_trim.trims();
   auto small = Run(manager_->TrimTranslationCache(sb->id, 1u << 20));
   ASSERT_TRUE(small) << small.error().message;
   EXPECT_FALSE(small->trimmable);
   EXPECT_GT(small->resident_before_kib, 0u);
-  EXPECT_EQ(sb->trims, trims);
+  EXPECT_EQ(sb->idle_trim.trims(), trims);
   // A second trim works as the first did.
   auto again = Run(manager_->TrimTranslationCache(sb->id));
   ASSERT_TRUE(again) << again.error().message;
@@ -360,14 +360,14 @@ class IdleTrimTest : public GuestTest {
 TEST_F(IdleTrimTest, IdleSandboxTrimsItsTranslationCache) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  ASSERT_TRUE(WaitUntil([&] { return sb->trims > 0; }, 120s)) << "an idle sandbox was never trimmed";
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
   // It refills only with what the idle desktop runs.
   uint64_t resident = 0;
   EXPECT_TRUE(WaitUntil(
       [&] { return (resident = CacheResidentKib(sb->qemu_pid).second) < (64u << 10); }, 10s))
       << resident << " KiB of translation cache in memory after an idle trim";
-  unsigned trims = sb->trims;
-  EXPECT_FALSE(WaitUntil([&] { return sb->trims != trims; }, 15s))
+  unsigned trims = sb->idle_trim.trims();
+  EXPECT_FALSE(WaitUntil([&] { return sb->idle_trim.trims() != trims; }, 15s))
       << "an idle sandbox was trimmed again without having been busy";
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
 }
@@ -387,10 +387,10 @@ class RetrimTest : public IdleTrimTest {
 TEST_F(RetrimTest, AnIdleSandboxWhoseCacheGrewBackIsTrimmedAgain) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  ASSERT_TRUE(WaitUntil([&] { return sb->trims > 0; }, 120s)) << "an idle sandbox was never trimmed";
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
   auto first = std::chrono::steady_clock::now();
-  unsigned trims = sb->trims;
-  ASSERT_TRUE(WaitUntil([&] { return sb->trims > trims; }, 90s))
+  unsigned trims = sb->idle_trim.trims();
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > trims; }, 90s))
       << "an idle sandbox with " << CacheResidentKib(sb->qemu_pid).second
       << " KiB of translation cache (mark 16 MiB) was not trimmed again";
   EXPECT_GE(std::chrono::steady_clock::now() - first, 5s) << "trimmed again before trim_idle_after";

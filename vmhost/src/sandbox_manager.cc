@@ -878,6 +878,10 @@ std::shared_ptr<Sandbox> SandboxManager::Find(const std::string& id) const {
   return it == sandboxes_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<GuestAgent> SandboxManager::Agent(const std::string& id) const {
+  return AgentGuestOf(Find(id));
+}
+
 std::vector<std::shared_ptr<Sandbox>> SandboxManager::List() const {
   std::vector<std::shared_ptr<Sandbox>> v;
   for (const auto& [id, sb] : sandboxes_) v.push_back(sb);
@@ -888,7 +892,7 @@ PoolStats SandboxManager::Stats() const {
   PoolStats s{netns_ready_.size(), prestarted_.size(), warm_.size(), sandboxes_.size(), free_slots_.size()};
   s.refreshes_running = refresh_turns_;
   s.refreshes_waiting = refresh_queue_.size();
-  for (const auto& [id, sb] : sandboxes_) s.trimmed += sb->state == SandboxState::kRunning && sb->trimmed && sb->trims > 0;
+  for (const auto& [id, sb] : sandboxes_) s.trimmed += sb->state == SandboxState::kRunning && sb->idle_trim.trimmed() && sb->idle_trim.trims() > 0;
   s.trims_total = trims_total_;
   return s;
 }
@@ -904,28 +908,16 @@ asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds ti
   co_return false;
 }
 
-namespace {
-// How long after a trim the guest's CPU does not count as busy: it is translating again the code
-// it runs (measured: under a second of CPU for an idle desktop).
-constexpr std::chrono::seconds kTrimSettle{10};
-
-}  // namespace
-
 asio::awaitable<std::expected<TrimStats, VmError>> SandboxManager::Trim(Sandbox& sb, uint64_t above_kib) {
   jailer::v1::Request req;
   req.mutable_trim_translation_cache()->set_slot(sb.slot);
   req.mutable_trim_translation_cache()->set_above_kib(above_kib);
-  sb.trim_looked_at = std::chrono::steady_clock::now();
+  sb.idle_trim.Asked(std::chrono::steady_clock::now());
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) co_return std::unexpected(r.error());
   const auto& t = r->response.trim();
-  sb.trimmed = true;
-  if (t.trimmable()) {
-    ++sb.trims;
-    ++trims_total_;
-    // The guest now translates again what it runs: that burst is the trim's, not the user's.
-    sb.trim_settles_at = std::chrono::steady_clock::now() + kTrimSettle;
-  }
+  sb.idle_trim.Answered(std::chrono::steady_clock::now(), t.trimmable());
+  if (t.trimmable()) ++trims_total_;
   co_return TrimStats{t.trimmable(), t.resident_before_kib()};
 }
 
@@ -982,39 +974,24 @@ asio::awaitable<void> SandboxManager::TrimLoop(std::shared_ptr<bool> alive) {
     std::vector<std::shared_ptr<Sandbox>> candidates;
     for (auto& [id, sb] : sandboxes_) candidates.push_back(sb);
     auto now = std::chrono::steady_clock::now();
+    const IdleTrimRules rules{config_.trim_idle_after, config_.trim_idle_cpu,
+                              config_.trim_regrown_mib};
     for (auto& sb : candidates) {
       if (sb->state != SandboxState::kRunning || sb->qemu_pid <= 0) continue;
       double cpu = ProcessCpuSeconds(sb->qemu_pid);
       if (cpu < 0) continue;
-      double last = sb->cpu_seconds;
-      double secs = std::chrono::duration<double>(now - sb->cpu_at).count();
-      sb->cpu_seconds = cpu;
-      sb->cpu_at = now;
-      if (last < 0 || secs <= 0 || now < sb->trim_settles_at) {
-        if (!sb->trimmed) sb->idle_since = now;
-        continue;
-      }
       // A browser reloading its pages is busy whatever the CPU says: it is about to run code. So
       // is one a client is connected to, as far as trimming goes: its next input may come any
       // moment, and the delay starts again when the client leaves.
-      if (sb->browser_refreshing || (cpu - last) / secs >= config_.trim_idle_cpu ||
-          (in_use_ && in_use_(sb->id))) {
-        sb->idle_since = now;
-        sb->trimmed = false;
-        continue;
-      }
-      if (now - sb->idle_since < config_.trim_idle_after) continue;
-      // Trimmed and idle since: again only once its cache has grown back past the mark.
-      uint64_t above_kib = 0;
-      if (sb->trimmed) {
-        if (config_.trim_regrown_mib == 0 || now - sb->trim_looked_at < config_.trim_idle_after) continue;
-        above_kib = uint64_t{config_.trim_regrown_mib} << 10;
-      }
+      bool busy = sb->browser_refreshing || (in_use_ && in_use_(sb->id));
+      auto trim = sb->idle_trim.Look(now, cpu, busy, rules);
+      if (!trim) continue;
+      uint64_t above_kib = *trim;
       auto r = co_await Trim(*sb, above_kib);
       if (!*alive) co_return;
       if (!r) {
         log::Warn(kLog, "slot {}: trimming its translation cache: {}", sb->slot, r.error().message);
-        sb->trimmed = true;  // looked at again after trim_idle_after, as a trimmed one
+        sb->idle_trim.Answered(std::chrono::steady_clock::now(), false);
       } else if (r->trimmable) {
         log::Debug(kLog, "slot {}: idle, trimming its translation cache ({} MiB in memory)",
                    sb->slot, r->resident_before_kib >> 10);

@@ -267,7 +267,11 @@ std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view co
     std::string_view part =
         combo.substr(i, plus == std::string_view::npos ? std::string_view::npos : plus - i);
     auto k = KeysymForName(part);
-    if (!k) return std::unexpected(fmt::format("in '{}': {}", combo.substr(0, 64), k.error()));
+    // A combo of one key is named by the key's own error; a longer one is named first.
+    if (!k)
+      return std::unexpected(part.size() == combo.size()
+                                 ? k.error()
+                                 : fmt::format("in '{}': {}", combo.substr(0, 64), k.error()));
     keys.push_back(*k);
     if (keys.size() > 8)
       return std::unexpected(fmt::format("'{}' has more than 8 keys", combo.substr(0, 64)));

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "cli/base64.h"
+#include "common/base64.h"
 #include "cli/output.h"
 #include "cli/requests.h"
 #include "common/unique_fd.h"

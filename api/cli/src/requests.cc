@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/base64.h"
+#include "common/base64.h"
 
 namespace deskbox::cli {
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <expected>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,6 +62,21 @@ class JailerServer {
   };
   Reply CreateSlot(const jailer::v1::CreateSlot& r);
   Reply Launch(const jailer::v1::Launch& r);
+  // Launch, step by step (jailer_launch.cc): check the request, plan QEMU's command and files
+  // for a restore or a boot, open the slot's tap, fork the jailed QEMU, wait for its sockets.
+  struct LaunchPlan;
+  struct QemuHandles {
+    UniqueFd qmp, agent, pidfd;
+  };
+  std::expected<void, Reply> CheckLaunch(const jailer::v1::Launch& r);
+  std::expected<void, Reply> PlanRestore(const jailer::v1::Launch& r, LaunchPlan& plan);
+  std::expected<void, Reply> PlanBoot(const jailer::v1::Launch& r, LaunchPlan& plan);
+  std::expected<UniqueFd, Reply> OpenTap(uint32_t slot);
+  std::expected<pid_t, Reply> StartJailed(LaunchPlan& plan, int netns_fd, int tap_fd, int log_fd);
+  std::expected<QemuHandles, Reply> AwaitQemu(const LaunchPlan& plan, pid_t pid,
+                                              const std::string& log_path);
+  // Kills a QEMU that did not start as it should and frees its cgroup: the failure reply.
+  Reply EndLaunch(uint32_t slot, pid_t pid, const std::string& why);
   Reply ConnectSocket(const jailer::v1::ConnectSocket& r);
   Reply OpenNetnsSocket(const jailer::v1::OpenNetnsSocket& r);
   Reply DestroySlot(const jailer::v1::DestroySlot& r);

@@ -18,6 +18,8 @@
 #include "common/unique_fd.h"
 #include "template.pb.h"
 #include "vmhost/agent_client.h"
+#include "vmhost/guest_agent.h"
+#include "vmhost/idle_trim.h"
 #include "vmhost/qmp.h"
 #include "vmhost/sandbox.h"
 
@@ -60,12 +62,7 @@ class Sandbox {
   std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters;  // cancelled when it ends
   bool refresh_on_resume = false;  // adopted paused with its refresh unfinished
   // Idle trimming of the translation cache (VmHostConfig::trim_idle_after).
-  unsigned trims = 0;
-  bool trimmed = false;                        // since it last was busy
-  double cpu_seconds = -1;                     // QEMU's CPU time at the last look
-  std::chrono::steady_clock::time_point cpu_at, idle_since;
-  std::chrono::steady_clock::time_point trim_settles_at;  // its CPU does not count as busy before
-  std::chrono::steady_clock::time_point trim_looked_at;   // last trim request, signalled or not
+  IdleTrim idle_trim;
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.
@@ -122,6 +119,8 @@ class SandboxHost {
   virtual boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) = 0;
   virtual boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) = 0;
   virtual std::shared_ptr<Sandbox> Find(const std::string& id) const = 0;
+  // The sandbox's guest agent (guest_agent.h), or nullptr when it has no live agent channel.
+  virtual std::shared_ptr<GuestAgent> Agent(const std::string& id) const = 0;
   virtual PoolStats Stats() const = 0;
 
   // A TCP connection to the guest, from a socket made inside the sandbox's netns.

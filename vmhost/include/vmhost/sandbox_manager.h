@@ -107,6 +107,7 @@ class SandboxManager final : public SandboxHost {
   // 0 s stops it.
   void SetIdleTrim(std::chrono::seconds after, uint32_t regrown_mib);
   std::shared_ptr<Sandbox> Find(const std::string& id) const override;
+  std::shared_ptr<GuestAgent> Agent(const std::string& id) const override;
   std::vector<std::shared_ptr<Sandbox>> List() const;
   PoolStats Stats() const override;
 

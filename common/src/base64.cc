@@ -1,9 +1,9 @@
-#include "cli/base64.h"
+#include "common/base64.h"
 
 #include <array>
 #include <cstdint>
 
-namespace deskbox::cli {
+namespace deskbox {
 namespace {
 
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -72,4 +72,4 @@ std::optional<std::string> Base64Decode(std::string_view text) {
   return out;
 }
 
-}  // namespace deskbox::cli
+}  // namespace deskbox
