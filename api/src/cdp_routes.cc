@@ -44,9 +44,9 @@ void CdpRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
 asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> CdpRoutes::DialCdpVersion(
     const std::string& sandbox_id) {
   auto sb = ctx_.manager.Find(sandbox_id);
-  if (!sb || sb->state != SandboxState::kRunning)
+  if (!sb || sb->state() != SandboxState::kRunning)
     co_return std::unexpected(std::string("the sandbox is not running"));
-  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, slot_network::kGuestCdpPort, 5s);
+  auto s = co_await ctx_.manager.ConnectGuest(sb->slot(), slot_network::kGuestCdpPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
 }

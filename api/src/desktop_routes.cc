@@ -131,18 +131,18 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
   if (auto op = ctx_.sandboxes.BeginGuestOperation(id, "screen"); !op)
     co_return R(std::unexpected(op.error()));
   auto sb = ctx_.manager.Find(id);
-  if (!sb || sb->state != SandboxState::kRunning)
+  if (!sb || sb->state() != SandboxState::kRunning)
     co_return R(
         std::unexpected(Error(409, "invalid_state", fmt::format("sandbox {} is not running", id))));
   auto it = mirrors_.find(id);
   if (it == mirrors_.end()) {
-    uint32_t slot = sb->slot;
+    uint32_t slot = sb->slot();
     // The connector checks, at every (re)connect, that the slot still holds this sandbox: a
     // mirror must never reach the next sandbox to use the slot.
     auto connect = [this, id,
                     slot]() -> asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> {
       auto now = ctx_.manager.Find(id);
-      if (!now || now->slot != slot || now->state != SandboxState::kRunning)
+      if (!now || now->slot() != slot || now->state() != SandboxState::kRunning)
         co_return std::unexpected(std::string("the sandbox is no longer running"));
       auto s = co_await ctx_.manager.ConnectGuest(slot, slot_network::kGuestRfbPort, 5s);
       if (!s) co_return std::unexpected(s.error().message);
@@ -156,10 +156,10 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
   // The screen of a sandbox whose pages still reload after its restore is not what the caller
   // asked for; the mirror connects meanwhile.
   if (auto fresh = co_await ctx_.manager.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh) {
-    if (sb->state != SandboxState::kRunning)
+    if (sb->state() != SandboxState::kRunning)
       co_return R(
           std::unexpected(Error(409, "invalid_state",
-                                fmt::format("sandbox {} is {}: {}", id, vmhost::ToString(sb->state),
+                                fmt::format("sandbox {} is {}: {}", id, vmhost::ToString(sb->state()),
                                             fresh.error().message))));
     co_return R(std::unexpected(Error(504, "guest_timeout", fresh.error().message)));
   }

@@ -83,7 +83,7 @@ std::expected<egress::Policy, std::string> EgressBinding::StoredPolicy(
 
 void EgressBinding::DetachIfGone(const std::string& id) {
   auto sb = ctx_.manager.Find(id);
-  if (!sb || (sb->state != SandboxState::kRunning && sb->state != SandboxState::kPaused))
+  if (!sb || (sb->state() != SandboxState::kRunning && sb->state() != SandboxState::kPaused))
     egress_->Detach(id);
 }
 

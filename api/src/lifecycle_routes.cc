@@ -58,7 +58,7 @@ LifecycleRoutes::LifecycleRoutes(ApiContext& ctx, EgressBinding& egress)
       [this](const vmhost::Sandbox& sb, SandboxState from) { OnVmTransition(sb, from); });
   // A refresh that ended is no longer one for the next deskboxd to do again.
   ctx_.manager.SetBrowserObserver([this](const vmhost::Sandbox& sb) {
-    SandboxRecord* r = ctx_.sandboxes.Find(sb.id);
+    SandboxRecord* r = ctx_.sandboxes.Find(sb.id());
     if (!r || !r->browser_refreshing) return;
     r->browser_refreshing = false;
     ctx_.sandboxes.Save(*r);
@@ -93,13 +93,13 @@ void LifecycleRoutes::Register(Router& router) {
 }
 
 void LifecycleRoutes::OnVmTransition(const vmhost::Sandbox& sb, SandboxState) {
-  if (sb.state == SandboxState::kFailed || sb.state == SandboxState::kStopped)
-    egress_.Detach(sb.id);
+  if (sb.state() == SandboxState::kFailed || sb.state() == SandboxState::kStopped)
+    egress_.Detach(sb.id());
   // Transitions the API asks for are made where it asks; here only the ones nobody asked for.
-  if (sb.state != SandboxState::kFailed) return;
-  SandboxRecord* r = ctx_.sandboxes.Find(sb.id);
+  if (sb.state() != SandboxState::kFailed) return;
+  SandboxRecord* r = ctx_.sandboxes.Find(sb.id());
   if (!r || !IsAlive(r->state)) return;
-  r->failure = sb.failure.empty() ? "the sandbox's VM failed" : sb.failure;
+  r->failure = sb.failure().empty() ? "the sandbox's VM failed" : sb.failure();
   ctx_.sandboxes.Transition(*r, SandboxState::kFailed,
                             {.reason = "qemu_exit", .detail = r->failure});
 }
@@ -179,7 +179,7 @@ json LifecycleRoutes::SandboxJson(const SandboxRecord& r) const {
   json browser_ready = nullptr;
   if (r.state == SandboxState::kRunning || r.state == SandboxState::kPaused) {
     auto sb = ctx_.manager.Find(r.id);
-    browser_ready = sb && !sb->browser_refreshing;
+    browser_ready = sb && !sb->browser_refreshing();
   }
   return json{{"id", r.id},
               {"state", StateName(r.state)},
@@ -281,31 +281,31 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   if (resize) {
     std::string refused = "the sandbox has no guest agent connection";
     bool resized = false;
-    if (auto agent = ctx_.manager.Agent((*sb)->id)) {
+    if (auto agent = ctx_.manager.Agent((*sb)->id())) {
       auto r = co_await agent->ResizeDisplay(width, height);
       resized = r.has_value();
       if (!r) refused = r.error().message;
     }
     if (!resized) {
-      co_await ctx_.manager.Destroy((*sb)->id);
+      co_await ctx_.manager.Destroy((*sb)->id());
       co_return Error(422, "unsupported_resolution", refused);
     }
   }
   // The policy is in force before the client hears of the sandbox.
-  if (auto a = co_await egress_.Attach((*sb)->id, (*sb)->slot, egress); !a) {
-    egress_.Detach((*sb)->id);
-    co_await ctx_.manager.Destroy((*sb)->id);
+  if (auto a = co_await egress_.Attach((*sb)->id(), (*sb)->slot(), egress); !a) {
+    egress_.Detach((*sb)->id());
+    co_await ctx_.manager.Destroy((*sb)->id());
     co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
   }
-  egress_.DetachIfGone((*sb)->id);
+  egress_.DetachIfGone((*sb)->id());
   double ms = std::chrono::duration<double, std::milli>(ctx_.clock.Steady() - t0).count();
-  ctx_.metrics.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path)));
+  ctx_.metrics.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path())));
   SandboxRecord r;
-  r.id = (*sb)->id;
+  r.id = (*sb)->id();
   r.state = SandboxState::kRunning;
   r.template_name = config.template_name;
-  r.slot = (*sb)->slot;
-  r.qemu_pid = (*sb)->qemu_pid;
+  r.slot = (*sb)->slot();
+  r.qemu_pid = (*sb)->qemu_pid();
   r.width = width;
   r.height = height;
   r.timeout_s = static_cast<uint32_t>(timeout.value_or(config.default_timeout_s));
@@ -318,14 +318,14 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     r.display_h = display->second;
   }
   r.egress_json = egress;
-  r.create_path = std::string(vmhost::ToString((*sb)->path));
+  r.create_path = std::string(vmhost::ToString((*sb)->path()));
   r.create_ms = std::round(ms * 10) / 10;
   r.owner = c.principal.id;
-  r.browser_refreshing = (*sb)->browser_refreshing;
-  if ((*sb)->state != SandboxState::kRunning) {
+  r.browser_refreshing = (*sb)->browser_refreshing();
+  if ((*sb)->state() != SandboxState::kRunning) {
     // It died between restore and now: keep the record, say so.
     r.state = SandboxState::kFailed;
-    r.failure = (*sb)->failure;
+    r.failure = (*sb)->failure();
     r.expires_at_ms = 0;
   }
   std::string detail =
@@ -436,7 +436,7 @@ Reply LifecycleRoutes::ResumeSandbox(Call& c) {
   auto p = co_await ctx_.manager.Resume(c.id);
   SandboxRecord& rec = **ctx_.sandboxes.Get(c.id);
   auto sb = ctx_.manager.Find(c.id);
-  if (sb && sb->state == SandboxState::kRunning && rec.state == SandboxState::kPaused)
+  if (sb && sb->state() == SandboxState::kRunning && rec.state == SandboxState::kPaused)
     ctx_.sandboxes.Transition(rec, SandboxState::kRunning,
                               ByCall(c, p ? "resumed" : "resumed; " + p.error().message));
   if (!p) co_return FromVmError(p.error());

@@ -174,9 +174,9 @@ Reply ViewerRoutes::ViewerSocket(Call& c) {
 asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ViewerRoutes::DialRfb(
     const std::string& id) {
   auto sb = ctx_.manager.Find(id);
-  if (!sb || sb->state != vmhost::SandboxState::kRunning)
+  if (!sb || sb->state() != vmhost::SandboxState::kRunning)
     co_return std::unexpected(std::string("the sandbox is not running"));
-  auto s = co_await ctx_.manager.ConnectGuest(sb->slot, slot_network::kGuestRfbPort, 5s);
+  auto s = co_await ctx_.manager.ConnectGuest(sb->slot(), slot_network::kGuestRfbPort, 5s);
   if (!s) co_return std::unexpected(s.error().message);
   co_return std::move(*s);
 }

@@ -17,6 +17,20 @@
 
 namespace deskbox::api {
 
+// A sandbox record as the fake host keeps it: vmhost's Sandbox, which only its host changes.
+class FakeSandbox final : public vmhost::Sandbox {
+ public:
+  FakeSandbox(std::string id, uint32_t slot, int qemu_pid, vmhost::SandboxState state) {
+    id_ = std::move(id);
+    slot_ = slot;
+    qemu_pid_ = qemu_pid;
+    state_ = state;
+    path_ = vmhost::CreatePath::kWarm;
+  }
+  void SetState(vmhost::SandboxState state) { state_ = state; }
+  void SetFailure(std::string why) { failure_ = std::move(why); }
+};
+
 class FakeSandboxHost final : public vmhost::SandboxHost {
  public:
   using VmError = vmhost::VmError;
@@ -43,11 +57,12 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   std::function<void(vmhost::testing::FakeGuestAgent&)> on_agent;
   // The VM of `id` exits: failed, as vmhost reports it.
   void Exit(const std::string& id, std::string why) {
-    auto sb = Find(id);
-    if (!sb) return;
-    State from = sb->state;
-    sb->state = State::kFailed;
-    sb->failure = std::move(why);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return;
+    auto sb = it->second;
+    State from = sb->state();
+    sb->SetState(State::kFailed);
+    sb->SetFailure(std::move(why));
     sandboxes_.erase(id);
     if (observer_) observer_(*sb, from);
   }
@@ -66,12 +81,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
         out.push_back({w.id, false, State::kFailed, "its QEMU is gone"});
         continue;
       }
-      auto sb = std::make_shared<Sandbox>();
-      sb->id = w.id;
-      sb->slot = w.slot;
-      sb->qemu_pid = w.qemu_pid;
-      sb->state = State::kRunning;
-      sandboxes_[w.id] = sb;
+      sandboxes_[w.id] = std::make_shared<FakeSandbox>(w.id, w.slot, w.qemu_pid, State::kRunning);
       MakeAgent(w.id);
       out.push_back({w.id, true, State::kRunning, ""});
     }
@@ -81,15 +91,13 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Create() override {
     calls.push_back("create");
     if (fail_next_create) co_return std::unexpected(*std::exchange(fail_next_create, std::nullopt));
-    auto sb = std::make_shared<Sandbox>();
-    sb->id = fmt::format("sb-{:016x}", ++next_);
-    sb->slot = static_cast<uint32_t>(next_);
-    sb->qemu_pid = 10000 + static_cast<int>(next_);
-    sb->state = State::kRunning;
-    sb->path = vmhost::CreatePath::kWarm;
-    sandboxes_[sb->id] = sb;
-    MakeAgent(sb->id);
-    co_return sb;
+    ++next_;
+    auto sb = std::make_shared<FakeSandbox>(fmt::format("sb-{:016x}", next_),
+                                            static_cast<uint32_t>(next_),
+                                            10000 + static_cast<int>(next_), State::kRunning);
+    sandboxes_[sb->id()] = sb;
+    MakeAgent(sb->id());
+    co_return std::shared_ptr<Sandbox>(sb);
   }
   boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox>,
                                                                         std::chrono::milliseconds) override {
@@ -97,10 +105,12 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
   boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) override {
     calls.push_back("destroy " + id);
-    auto sb = Find(id);
-    if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
-    State from = sb->state;
-    sb->state = State::kStopped;
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end())
+      co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+    auto sb = it->second;
+    State from = sb->state();
+    sb->SetState(State::kStopped);
     sandboxes_.erase(id);
     if (observer_) observer_(*sb, from);
     co_return std::expected<void, VmError>{};
@@ -160,12 +170,14 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
   std::expected<void, VmError> Move(const std::string& id, State from, State to, std::optional<VmError>& fail) {
     if (fail) return std::unexpected(*std::exchange(fail, std::nullopt));
-    auto sb = Find(id);
-    if (!sb) return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
-    if (sb->state != from)
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end())
+      return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+    auto sb = it->second;
+    if (sb->state() != from)
       return std::unexpected(VmError{VmError::Code::kInvalidState, fmt::format("sandbox {} is {}", id,
-                                                                               vmhost::ToString(sb->state))});
-    sb->state = to;
+                                                                               vmhost::ToString(sb->state()))});
+    sb->SetState(to);
     if (observer_) observer_(*sb, from);
     return {};
   }
@@ -182,7 +194,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
 
   vmhost::v1::TemplateManifest manifest_;
   std::string accelerator_ = "tcg";
-  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
+  std::map<std::string, std::shared_ptr<FakeSandbox>> sandboxes_;
   uint64_t next_ = 0;
   vmhost::TransitionObserver observer_;
   vmhost::BrowserObserver browser_observer_;

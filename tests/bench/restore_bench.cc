@@ -98,7 +98,7 @@ struct BenchFailure : std::runtime_error {
 // Under TCG: how full the translation cache is and how often it was flushed since QEMU started
 // (a flush throws away all translated guest code, which then has to be translated again).
 std::string TranslationCache(TestHost& host, vmhost::Sandbox& sb) {
-  auto r = host.Run(sb.qmp->Execute("human-monitor-command", nlohmann::json{{"command-line", "info jit"}}), 10s);
+  auto r = host.Run(sb.qmp()->Execute("human-monitor-command", nlohmann::json{{"command-line", "info jit"}}), 10s);
   if (!r || !*r || !(*r)->is_string()) return "";
   std::string text = (*r)->get<std::string>();
   auto field = [&](const std::string& name) -> std::string {
@@ -127,7 +127,7 @@ Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const 
     auto sb = host.Run(m.Create(), 300s);
     if (!sb || !*sb) Die(std::string(label) + ": create failed: " + (sb ? sb->error().message : "timeout"));
     auto t1 = Clock::now();
-    auto ready = host.Run(m.WaitGuestServices((**sb)->slot, 60s), 90s);
+    auto ready = host.Run(m.WaitGuestServices((**sb)->slot(), 60s), 90s);
     if (!ready || !*ready) Die(std::string(label) + ": services did not answer");
     auto t2 = Clock::now();
     auto fresh = host.Run(m.WaitBrowserFresh(**sb, 180s), 200s);
@@ -139,9 +139,9 @@ Series MeasureCreates(TestHost& host, vmhost::VmHostConfig cfg, int runs, const 
     std::fprintf(stderr,
                  "  %s run %d: %.1f ms (%s; create %.1f ms, then RFB + CDP answered in %.1f ms; pages fresh at "
                  "%.1f ms%s)\n",
-                 label, i + 1, series.ms.back(), std::string(vmhost::ToString((**sb)->path)).c_str(), Ms(t1 - t0),
+                 label, i + 1, series.ms.back(), std::string(vmhost::ToString((**sb)->path())).c_str(), Ms(t1 - t0),
                  Ms(t2 - t1), series.fresh.back(), cache.c_str());
-    host.Run(m.Destroy((**sb)->id), 60s);
+    host.Run(m.Destroy((**sb)->id()), 60s);
   }
   host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 120s);
   return series;
@@ -167,12 +167,12 @@ std::string MakeFullStreamTemplate(TestHost& host) {
   auto& s = **sb;
   // The stream holds a refreshed browser, as the template's first sandbox had.
   if (auto f = host.Run(m.WaitBrowserFresh(s, 180s), 200s); !f || !*f) Die("full-stream: the browser did not reload");
-  std::string slot_file = env.state_dir + "/slots/" + std::to_string(s->slot) + "/full.state";
+  std::string slot_file = env.state_dir + "/slots/" + std::to_string(s->slot()) + "/full.state";
   bool ok = host.Run([&]() -> asio::awaitable<bool> {
-    if (!co_await s->qmp->Execute("stop")) co_return false;
-    if (!co_await s->qmp->Execute("migrate", vmhost::UriArgument("file:" + slot_file))) co_return false;
+    if (!co_await s->qmp()->Execute("stop")) co_return false;
+    if (!co_await s->qmp()->Execute("migrate", vmhost::UriArgument("file:" + slot_file))) co_return false;
     for (int i = 0; i < 12000; ++i) {
-      auto q = co_await s->qmp->Execute("query-migrate");
+      auto q = co_await s->qmp()->Execute("query-migrate");
       if (!q) co_return false;
       if (q->value("status", "") == "completed") co_return true;
       if (q->value("status", "") == "failed") co_return false;
@@ -190,7 +190,7 @@ std::string MakeFullStreamTemplate(TestHost& host) {
   std::filesystem::create_hard_link(src + "/disk.img", dst + "/disk.img");
   std::filesystem::create_hard_link(src + "/ram", dst + "/ram");
   std::filesystem::copy_file(slot_file, dst + "/state");
-  host.Run(m.Destroy(s->id), 60s);
+  host.Run(m.Destroy(s->id()), 60s);
   host.Run([&]() -> asio::awaitable<bool> { co_await m.Shutdown(); co_return true; }(), 120s);
   auto manifest = vmhost::OpenTemplate(src, vmhost::VerifyMode::kQuick);
   auto mf = *manifest;
@@ -381,9 +381,9 @@ int Bench(int argc, char** argv) {
   std::erase_if(alive, [&](const std::shared_ptr<vmhost::Sandbox>& s) {
     auto f = host.Run(m.WaitBrowserFresh(s, std::chrono::seconds(180 + 30 * created)), std::chrono::seconds(200 + 30 * created));
     if (f && *f) return false;
-    std::fprintf(stderr, "  alive: sandbox in slot %u did not reload its pages: %s\n", s->slot,
+    std::fprintf(stderr, "  alive: sandbox in slot %u did not reload its pages: %s\n", s->slot(),
                  f ? f->error().message.c_str() : "timeout");
-    return s->state != vmhost::SandboxState::kRunning;
+    return s->state() != vmhost::SandboxState::kRunning;
   });
   if (!alive.empty()) std::this_thread::sleep_for(quick ? 15s : 30s);
   struct Idle {
@@ -399,19 +399,19 @@ int Bench(int argc, char** argv) {
   // The sandboxes' QEMUs' CPU seconds now, and their mean use of a core since then.
   auto cpu_now = [&]() {
     std::vector<double> v;
-    for (auto& s : alive) v.push_back(CpuSeconds(s->qemu_pid));
+    for (auto& s : alive) v.push_back(CpuSeconds(s->qemu_pid()));
     return v;
   };
   auto cores_since = [&](const std::vector<double>& cpu0, Clock::time_point t0) {
     double secs = std::chrono::duration<double>(Clock::now() - t0).count(), cores = 0;
-    for (size_t i = 0; i < alive.size(); ++i) cores += (CpuSeconds(alive[i]->qemu_pid) - cpu0[i]) / secs;
+    for (size_t i = 0; i < alive.size(); ++i) cores += (CpuSeconds(alive[i]->qemu_pid()) - cpu0[i]) / secs;
     return cores / static_cast<double>(alive.size());
   };
   // PSS split now, averaged over the sandboxes (cpu left 0).
   auto memory_now = [&]() {
     Idle r;
     for (auto& sb : alive) {
-      auto parts = PssBreakdown(sb->qemu_pid);
+      auto parts = PssBreakdown(sb->qemu_pid());
       r.Add(Idle{parts.total / 1024.0, parts.code / 1024.0, parts.ram / 1024.0, parts.ram_private / 1024.0, 0},
             1.0 / static_cast<double>(alive.size()));
     }
@@ -432,7 +432,7 @@ int Bench(int argc, char** argv) {
     Series s;
     for (auto& sb : alive) {
       auto t0 = Clock::now();
-      auto ok = host.Run(m.WaitGuestServices(sb->slot, 30s), 40s);
+      auto ok = host.Run(m.WaitGuestServices(sb->slot(), 30s), 40s);
       if (ok && *ok) s.ms.push_back(Ms(Clock::now() - t0));
     }
     return s;
@@ -445,7 +445,7 @@ int Bench(int argc, char** argv) {
   double trim_settle_s = 0;
   if (!alive.empty()) {
     for (auto& sb : alive) {
-      auto t = host.Run(m.TrimTranslationCache(sb->id), 30s);
+      auto t = host.Run(m.TrimTranslationCache(sb->id()), 30s);
       trimmable += t && *t && (*t)->trimmable;
     }
     // The trims happen as the vCPUs next idle; then the desktops translate again what they run.
@@ -453,7 +453,7 @@ int Bench(int argc, char** argv) {
     // sandboxes' CPU over 5 s is back within 1.5x of the untrimmed figure (at most 3 minutes).
     auto total_cpu = [&]() {
       double t = 0;
-      for (auto& sb : alive) t += CpuSeconds(sb->qemu_pid);
+      for (auto& sb : alive) t += CpuSeconds(sb->qemu_pid());
       return t;
     };
     auto trim_at = Clock::now();
@@ -468,7 +468,7 @@ int Bench(int argc, char** argv) {
     std::fprintf(stderr, "  after the trims, CPU per sandbox every 5 s:%s\n", course.c_str());
     trim_settle_s = std::chrono::duration<double>(Clock::now() - trim_at).count();
     trimmed = measure_idle();
-    for (auto& sb : alive) host.Run(m.TrimTranslationCache(sb->id), 30s);
+    for (auto& sb : alive) host.Run(m.TrimTranslationCache(sb->id()), 30s);
     std::this_thread::sleep_for(5s);
     wake_trimmed = measure_wake();
   }
@@ -509,7 +509,7 @@ int Bench(int argc, char** argv) {
   int answering = 0;
   for (auto& s : alive) {
     bool ok = host.Run([&]() -> asio::awaitable<bool> {
-      auto sock = co_await m.ConnectGuest(s->slot, slot_network::kGuestRfbPort, 5s);
+      auto sock = co_await m.ConnectGuest(s->slot(), slot_network::kGuestRfbPort, 5s);
       if (!sock) co_return false;
       std::string banner(12, '\0');
       boost::system::error_code ec;
@@ -517,7 +517,7 @@ int Bench(int argc, char** argv) {
       if (ec || !banner.starts_with("RFB")) co_return false;
       agent::v1::Request ping;
       ping.mutable_ping();
-      auto p = co_await s->agent->Call(std::move(ping), 5s);
+      auto p = co_await s->agent()->Call(std::move(ping), 5s);
       co_return p.has_value();
     }(), 30s).value_or(false);
     answering += ok;

@@ -86,7 +86,7 @@ bool GuestTest::WaitUntil(std::function<bool()> done, std::chrono::milliseconds 
 void GuestTest::AbandonGuests() {
   if (manager_)
     for (const auto& sb : manager_->List())
-      if (sb->qemu_pid > 0) ::kill(sb->qemu_pid, SIGKILL);
+      if (sb->qemu_pid() > 0) ::kill(sb->qemu_pid(), SIGKILL);
   if (host_) host_->KillJailer();
   std::fflush(stdout);
 }
@@ -111,7 +111,7 @@ std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
   agent::v1::Request req;
   req.mutable_exec()->set_shell(shell);
   req.mutable_exec()->set_timeout_s(60);
-  auto r = Run(sb.agent->Call(std::move(req), 90s));
+  auto r = Run(sb.agent()->Call(std::move(req), 90s));
   if (!r) {
     ADD_FAILURE() << "exec '" << shell << "': " << r.error().message;
     return {};
@@ -123,7 +123,7 @@ std::string GuestTest::Exec(vmhost::Sandbox& sb, const std::string& shell) {
 
 std::string GuestTest::RfbBanner(vmhost::Sandbox& sb) {
   return Run([&]() -> asio::awaitable<std::string> {
-    auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestRfbPort,
+    auto s = co_await manager_->ConnectGuest(sb.slot(), slot_network::kGuestRfbPort,
                                              std::chrono::seconds(5));
     if (!s) co_return "connect failed: " + s.error().message;
     std::string b(12, '\0');
@@ -140,13 +140,13 @@ std::string GuestTest::CdpHttp(vmhost::Sandbox& sb, const std::string& method,
         // A guest starved by a pool refill beside it can leave one connect unanswered for
         // seconds: nothing was sent yet, so connecting again is safe for any method.
         auto deadline = std::chrono::steady_clock::now() + 80s;
-        auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
+        auto s = co_await manager_->ConnectGuest(sb.slot(), slot_network::kGuestCdpPort, 5s);
         while (!s && std::chrono::steady_clock::now() < deadline) {
           std::fprintf(stderr, "%s %s: %s; connecting again\n", method.c_str(), path.c_str(),
                        s.error().message.c_str());
           asio::steady_timer pause(co_await asio::this_coro::executor, 500ms);
           co_await pause.async_wait(asio::use_awaitable);
-          s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
+          s = co_await manager_->ConnectGuest(sb.slot(), slot_network::kGuestCdpPort, 5s);
         }
         if (!s) co_return std::unexpected(s.error().message);
         auto answer =
@@ -199,7 +199,7 @@ std::expected<std::string, std::string> GuestTest::CdpEvaluateOnce(vmhost::Sandb
   if (ws_path.empty()) return std::unexpected(std::string("no page target"));
   auto result = Run(
       [&]() -> asio::awaitable<std::expected<std::string, std::string>> {
-        auto s = co_await manager_->ConnectGuest(sb.slot, slot_network::kGuestCdpPort, 5s);
+        auto s = co_await manager_->ConnectGuest(sb.slot(), slot_network::kGuestCdpPort, 5s);
         if (!s) co_return std::unexpected(s.error().message);
         beast::websocket::stream<asio::ip::tcp::socket> ws(std::move(*s));
         beast::websocket::stream_base::timeout limits{};

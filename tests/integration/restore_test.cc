@@ -35,7 +35,7 @@ class RestoreTest : public GuestTest {};
 TEST_F(RestoreTest, RestoredSandboxAnswersRfbAndCdp) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
+  EXPECT_EQ(sb->state(), vmhost::SandboxState::kRunning);
   EXPECT_EQ(RfbBanner(*sb), "RFB 003.008\n");
   json version = json::parse(CdpHttp(*sb, "GET", "/json/version"), nullptr, false);
   ASSERT_TRUE(version.is_object());
@@ -48,7 +48,7 @@ TEST_F(RestoreTest, TwoClonesAreIndependent) {
   auto a = CreateOrDie();
   auto b = CreateOrDie();
   ASSERT_TRUE(a && b);
-  EXPECT_NE(a->slot, b->slot);
+  EXPECT_NE(a->slot(), b->slot());
   json ta = json::parse(CdpHttp(*a, "PUT", "/json/new?data:text/html,%3Ctitle%3Eclone-a%3C/title%3E"), nullptr, false);
   json tb = json::parse(CdpHttp(*b, "PUT", "/json/new?data:text/html,%3Ctitle%3Eclone-b%3C/title%3E"), nullptr, false);
   ASSERT_TRUE(ta.is_object() && tb.is_object());
@@ -128,28 +128,28 @@ TEST_F(RestoreTest, SlotsCannotReachEachOther) {
   auto a = CreateOrDie();
   auto b = CreateOrDie();
   ASSERT_TRUE(a && b);
-  uid_t uid_a = env_.uid_base + a->slot;
-  std::string b_overlay = env_.state_dir + "/slots/" + std::to_string(b->slot) + "/overlay.qcow2";
-  std::string a_overlay = env_.state_dir + "/slots/" + std::to_string(a->slot) + "/overlay.qcow2";
+  uid_t uid_a = env_.uid_base + a->slot();
+  std::string b_overlay = env_.state_dir + "/slots/" + std::to_string(b->slot()) + "/overlay.qcow2";
+  std::string a_overlay = env_.state_dir + "/slots/" + std::to_string(a->slot()) + "/overlay.qcow2";
   ASSERT_TRUE(std::filesystem::exists(b_overlay));
   // The QEMUs really run as their slots' uids.
   struct stat st;
-  ASSERT_EQ(::stat(("/proc/" + std::to_string(a->qemu_pid)).c_str(), &st), 0);
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(a->qemu_pid())).c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, uid_a);
   // Sanity: the probe works, A can read its own overlay.
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(a_overlay.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 0);
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::open(a_overlay.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 0);
   // B's overlay is not even visible in A's mount namespace; the template is read-only there.
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(b_overlay.c_str(), O_RDONLY) >= 0 ? 0 : errno == ENOENT ? 1 : 2; }), 1);
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::open(b_overlay.c_str(), O_RDONLY) >= 0 ? 0 : errno == ENOENT ? 1 : 2; }), 1);
   std::string ram = env_.cache_dir + "/templates/" + env_.template_name + "/ram";
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(ram.c_str(), O_RDWR) >= 0 ? 0 : 1; }), 1);
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::open(ram.c_str(), O_RDWR) >= 0 ? 0 : 1; }), 1);
   // Memory and ptrace of B's QEMU are refused.
-  std::string b_mem = "/proc/" + std::to_string(b->qemu_pid) + "/mem";
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::open(b_mem.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 1);
-  pid_t b_pid = b->qemu_pid;
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::ptrace(PTRACE_ATTACH, b_pid, nullptr, nullptr) == 0 ? 0 : 1; }), 1);
+  std::string b_mem = "/proc/" + std::to_string(b->qemu_pid()) + "/mem";
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::open(b_mem.c_str(), O_RDONLY) >= 0 ? 0 : 1; }), 1);
+  pid_t b_pid = b->qemu_pid();
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::ptrace(PTRACE_ATTACH, b_pid, nullptr, nullptr) == 0 ? 0 : 1; }), 1);
   // The jailer's socket and the image cache are hidden from a slot.
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::access((env_.run_dir + "/jailer.sock").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
-  EXPECT_EQ(InSlotContext(a->qemu_pid, uid_a, [&] { return ::access((env_.cache_dir + "/images").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::access((env_.run_dir + "/jailer.sock").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
+  EXPECT_EQ(InSlotContext(a->qemu_pid(), uid_a, [&] { return ::access((env_.cache_dir + "/images").c_str(), F_OK) == 0 ? 0 : 1; }), 1);
 }
 
 std::vector<std::string> Netns(const std::string& prefix) {
@@ -174,15 +174,15 @@ TEST_F(RestoreTest, HandedOutBeforeItsPagesReloadWhichTheGateWaitsFor) {
       std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto sb = CreateOrDie(/*wait_browser=*/false);
   ASSERT_TRUE(sb);
-  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
-  EXPECT_EQ(sb->path, vmhost::CreatePath::kCold);
-  EXPECT_TRUE(sb->browser_refreshing) << "create waited for the reload";
+  EXPECT_EQ(sb->state(), vmhost::SandboxState::kRunning);
+  EXPECT_EQ(sb->path(), vmhost::CreatePath::kCold);
+  EXPECT_TRUE(sb->browser_refreshing()) << "create waited for the reload";
   agent::v1::Request ping;
   ping.mutable_ping();
-  EXPECT_TRUE(Run(sb->agent->Call(std::move(ping), 10s)));
+  EXPECT_TRUE(Run(sb->agent()->Call(std::move(ping), 10s)));
   auto fresh = Run(manager_->WaitBrowserFresh(sb, 180s), 200s);
   ASSERT_TRUE(fresh) << fresh.error().message;
-  EXPECT_FALSE(sb->browser_refreshing);
+  EXPECT_FALSE(sb->browser_refreshing());
   // The page's document was made by a renderer started after the hand-out (the guest clock is
   // the host's since then).
   std::string origin = CdpEvaluate(*sb, "performance.timeOrigin");
@@ -195,10 +195,10 @@ TEST_F(RestoreTest, HandedOutBeforeItsPagesReloadWhichTheGateWaitsFor) {
 
   auto gone = CreateOrDie(/*wait_browser=*/false);
   ASSERT_TRUE(gone);
-  ASSERT_TRUE(gone->browser_refreshing);
-  pid_t pid = gone->qemu_pid;
-  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(gone->slot);
-  ASSERT_TRUE(Run(manager_->Destroy(gone->id)));
+  ASSERT_TRUE(gone->browser_refreshing());
+  pid_t pid = gone->qemu_pid();
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(gone->slot());
+  ASSERT_TRUE(Run(manager_->Destroy(gone->id())));
   auto after = Run(manager_->WaitBrowserFresh(gone, 60s), 90s);
   ASSERT_FALSE(after);
   EXPECT_NE(after.error().message.find("stopped"), std::string::npos) << after.error().message;
@@ -212,8 +212,8 @@ TEST_F(RestoreTest, HandedOutBeforeItsPagesReloadWhichTheGateWaitsFor) {
 TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  pid_t pid = sb->qemu_pid;
-  uint32_t slot = sb->slot;
+  pid_t pid = sb->qemu_pid();
+  uint32_t slot = sb->slot();
   std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(slot);
   ASSERT_EQ(::kill(pid, 0), 0);
   ASSERT_EQ(Netns(env_.netns_prefix).size(), 1u);
@@ -223,9 +223,9 @@ TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
   if (procs) {
     EXPECT_NE(procs->find(std::to_string(pid)), std::string::npos);
   }
-  auto r = Run(manager_->Destroy(sb->id));
+  auto r = Run(manager_->Destroy(sb->id()));
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_FALSE(manager_->Find(sb->id));
+  EXPECT_FALSE(manager_->Find(sb->id()));
   EXPECT_NE(::kill(pid, 0), 0) << "QEMU still alive";
   EXPECT_TRUE(Netns(env_.netns_prefix).empty()) << "netns left behind";
   EXPECT_FALSE(CgroupExists(env_.cgroup_name, slot, env_.netns_prefix)) << "cgroup left behind";
@@ -242,16 +242,16 @@ TEST_F(RestoreTest, DestroyLeavesNothingBehind) {
 TEST_F(RestoreTest, KilledQemuIsDetectedAndCleanedUp) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
-  ASSERT_EQ(::kill(sb->qemu_pid, SIGKILL), 0);
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot());
+  ASSERT_EQ(::kill(sb->qemu_pid(), SIGKILL), 0);
   bool failed = WaitUntil(
-      [&] { return sb->state == vmhost::SandboxState::kFailed && !std::filesystem::exists(slot_dir); }, 5s);
-  EXPECT_TRUE(failed) << "state is " << vmhost::ToString(sb->state);
-  EXPECT_NE(sb->failure.find("QEMU exited"), std::string::npos) << sb->failure;
+      [&] { return sb->state() == vmhost::SandboxState::kFailed && !std::filesystem::exists(slot_dir); }, 5s);
+  EXPECT_TRUE(failed) << "state is " << vmhost::ToString(sb->state());
+  EXPECT_NE(sb->failure().find("QEMU exited"), std::string::npos) << sb->failure();
   EXPECT_TRUE(Netns(env_.netns_prefix).empty());
   // The record stays until its owner removes it.
-  ASSERT_TRUE(manager_->Find(sb->id));
-  EXPECT_TRUE(Run(manager_->Destroy(sb->id)));
+  ASSERT_TRUE(manager_->Find(sb->id()));
+  EXPECT_TRUE(Run(manager_->Destroy(sb->id())));
 }
 
 TEST_F(RestoreTest, PauseAndResumeKeepTheDesktop) {
@@ -266,13 +266,13 @@ TEST_F(RestoreTest, PauseAndResumeKeepTheDesktop) {
     return false;
   };
   ASSERT_TRUE(has_page()) << "the page did not load before the pause";
-  ASSERT_TRUE(Run(manager_->Pause(sb->id)));
-  EXPECT_EQ(sb->state, vmhost::SandboxState::kPaused);
-  auto again = Run(manager_->Pause(sb->id));
+  ASSERT_TRUE(Run(manager_->Pause(sb->id())));
+  EXPECT_EQ(sb->state(), vmhost::SandboxState::kPaused);
+  auto again = Run(manager_->Pause(sb->id()));
   ASSERT_FALSE(again);
   EXPECT_EQ(again.error().code, vmhost::VmError::Code::kInvalidState);
-  ASSERT_TRUE(Run(manager_->Resume(sb->id)));
-  EXPECT_EQ(sb->state, vmhost::SandboxState::kRunning);
+  ASSERT_TRUE(Run(manager_->Resume(sb->id())));
+  EXPECT_EQ(sb->state(), vmhost::SandboxState::kRunning);
   std::string list = CdpHttp(*sb, "GET", "/json/list");
   EXPECT_NE(list.find("\"kept\""), std::string::npos);
 }
@@ -294,53 +294,53 @@ TEST_F(RestoreTest, TranslationCacheTrimsWithoutHurtingTheGuest) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
   // The browser's reload after the restore filled the cache (hundreds of MiB under TCG).
-  auto [plugin, resident] = CacheResidentKib(sb->qemu_pid);
+  auto [plugin, resident] = CacheResidentKib(sb->qemu_pid());
   ASSERT_TRUE(plugin) << "a restore under TCG runs without the trim plugin";
   EXPECT_GT(resident, 64u << 10);
-  auto t = Run(manager_->TrimTranslationCache(sb->id));
+  auto t = Run(manager_->TrimTranslationCache(sb->id()));
   ASSERT_TRUE(t) << t.error().message;
   EXPECT_TRUE(t->trimmable);
   EXPECT_GT(t->resident_before_kib, 64u << 10);
   // The trim happens the next time a vCPU idles: within moments on a desktop at rest.
   uint64_t after = resident;
   EXPECT_TRUE(WaitUntil(
-      [&] { return (after = CacheResidentKib(sb->qemu_pid).second) < t->resident_before_kib / 4; },
+      [&] { return (after = CacheResidentKib(sb->qemu_pid()).second) < t->resident_before_kib / 4; },
       10s))
       << t->resident_before_kib << " KiB before the trim, " << after << " after";
-  EXPECT_EQ(sb->idle_trim.trims(), 1u);
+  EXPECT_EQ(sb->idle_trim().trims(), 1u);
   // The guest runs on: it translates again what it runs.
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
   EXPECT_EQ(Exec(*sb, "echo trimmed"), "trimmed\n");
   EXPECT_EQ(RfbBanner(*sb), "RFB 003.008\n");
   EXPECT_EQ(CdpEvaluate(*sb, "document.readyState"), "\"complete\"");
   // Only what the guest ran again is back, not the whole cache.
-  EXPECT_LT(CacheResidentKib(sb->qemu_pid).second, t->resident_before_kib) << "the whole cache came back";
+  EXPECT_LT(CacheResidentKib(sb->qemu_pid()).second, t->resident_before_kib) << "the whole cache came back";
   // Asked to trim only a cache bigger than 1 GiB, the jailer leaves this one: not signalled, not
   // counted, its size reported.
-  unsigned trims = sb->idle_trim.trims();
-  auto small = Run(manager_->TrimTranslationCache(sb->id, 1u << 20));
+  unsigned trims = sb->idle_trim().trims();
+  auto small = Run(manager_->TrimTranslationCache(sb->id(), 1u << 20));
   ASSERT_TRUE(small) << small.error().message;
   EXPECT_FALSE(small->trimmable);
   EXPECT_GT(small->resident_before_kib, 0u);
-  EXPECT_EQ(sb->idle_trim.trims(), trims);
+  EXPECT_EQ(sb->idle_trim().trims(), trims);
   // A second trim works as the first did.
-  auto again = Run(manager_->TrimTranslationCache(sb->id));
+  auto again = Run(manager_->TrimTranslationCache(sb->id()));
   ASSERT_TRUE(again) << again.error().message;
   EXPECT_TRUE(WaitUntil(
-      [&] { return CacheResidentKib(sb->qemu_pid).second < t->resident_before_kib / 4; }, 10s));
+      [&] { return CacheResidentKib(sb->qemu_pid()).second < t->resident_before_kib / 4; }, 10s));
   EXPECT_EQ(Exec(*sb, "echo again"), "again\n");
   // A sandbox that is not there, or paused (it would trim as it resumes), is refused.
   auto none = Run(manager_->TrimTranslationCache("sb-none"));
   ASSERT_FALSE(none);
   EXPECT_EQ(none.error().code, vmhost::VmError::Code::kNotFound);
-  ASSERT_TRUE(Run(manager_->Pause(sb->id)));
-  auto paused = Run(manager_->TrimTranslationCache(sb->id));
+  ASSERT_TRUE(Run(manager_->Pause(sb->id())));
+  auto paused = Run(manager_->TrimTranslationCache(sb->id()));
   ASSERT_FALSE(paused);
   EXPECT_EQ(paused.error().code, vmhost::VmError::Code::kInvalidState);
-  ASSERT_TRUE(Run(manager_->Resume(sb->id)));
+  ASSERT_TRUE(Run(manager_->Resume(sb->id())));
   EXPECT_EQ(Exec(*sb, "echo resumed"), "resumed\n");
-  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot);
-  ASSERT_TRUE(Run(manager_->Destroy(sb->id)));
+  std::string slot_dir = env_.state_dir + "/slots/" + std::to_string(sb->slot());
+  ASSERT_TRUE(Run(manager_->Destroy(sb->id())));
   EXPECT_FALSE(std::filesystem::exists(slot_dir)) << "slot files left behind";
 }
 
@@ -360,14 +360,14 @@ class IdleTrimTest : public GuestTest {
 TEST_F(IdleTrimTest, IdleSandboxTrimsItsTranslationCache) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim().trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
   // It refills only with what the idle desktop runs.
   uint64_t resident = 0;
   EXPECT_TRUE(WaitUntil(
-      [&] { return (resident = CacheResidentKib(sb->qemu_pid).second) < (64u << 10); }, 10s))
+      [&] { return (resident = CacheResidentKib(sb->qemu_pid()).second) < (64u << 10); }, 10s))
       << resident << " KiB of translation cache in memory after an idle trim";
-  unsigned trims = sb->idle_trim.trims();
-  EXPECT_FALSE(WaitUntil([&] { return sb->idle_trim.trims() != trims; }, 15s))
+  unsigned trims = sb->idle_trim().trims();
+  EXPECT_FALSE(WaitUntil([&] { return sb->idle_trim().trims() != trims; }, 15s))
       << "an idle sandbox was trimmed again without having been busy";
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
 }
@@ -387,11 +387,11 @@ class RetrimTest : public IdleTrimTest {
 TEST_F(RetrimTest, AnIdleSandboxWhoseCacheGrewBackIsTrimmedAgain) {
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim().trims() > 0; }, 120s)) << "an idle sandbox was never trimmed";
   auto first = std::chrono::steady_clock::now();
-  unsigned trims = sb->idle_trim.trims();
-  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim.trims() > trims; }, 90s))
-      << "an idle sandbox with " << CacheResidentKib(sb->qemu_pid).second
+  unsigned trims = sb->idle_trim().trims();
+  ASSERT_TRUE(WaitUntil([&] { return sb->idle_trim().trims() > trims; }, 90s))
+      << "an idle sandbox with " << CacheResidentKib(sb->qemu_pid()).second
       << " KiB of translation cache (mark 16 MiB) was not trimmed again";
   EXPECT_GE(std::chrono::steady_clock::now() - first, 5s) << "trimmed again before trim_idle_after";
   EXPECT_EQ(CdpEvaluate(*sb, "6 * 7"), "42");
@@ -485,14 +485,14 @@ TEST_F(WarmPoolTest, HandsOutWarmSandboxesAndRefills) {
   EXPECT_EQ(s.netns_ready, 1u);
   auto warm = CreateOrDie();
   ASSERT_TRUE(warm);
-  EXPECT_EQ(warm->path, vmhost::CreatePath::kWarm);
+  EXPECT_EQ(warm->path(), vmhost::CreatePath::kWarm);
   EXPECT_EQ(CdpEvaluate(*warm, "1 + 1"), "2");
   // The refill restores the next warm one from the pre-started QEMU, then pre-starts another.
   ASSERT_TRUE(Run(manager_->WaitPoolsFull(240s), 300s)) << "pools did not refill";
   auto next = CreateOrDie();
   ASSERT_TRUE(next);
-  EXPECT_EQ(next->path, vmhost::CreatePath::kWarm);
-  EXPECT_NE(next->slot, warm->slot);
+  EXPECT_EQ(next->path(), vmhost::CreatePath::kWarm);
+  EXPECT_NE(next->slot(), warm->slot());
   // The clock of a sandbox that waited in the pool is set at hand-out.
   double guest = std::stod(Exec(*next, "date +%s.%N"));
   EXPECT_NEAR(guest, static_cast<double>(std::time(nullptr)), 2.0);
@@ -533,11 +533,11 @@ TEST_F(RefreshTurnTest, BrowserRefreshesTakeTurns) {
   auto st = manager_->Stats();
   EXPECT_EQ(st.refreshes_running, 1u);
   EXPECT_EQ(st.refreshes_waiting, 2u);
-  EXPECT_TRUE(a->browser_refreshing && b->browser_refreshing && c->browser_refreshing);
-  ASSERT_TRUE(Run(manager_->Destroy(c->id), 60s));
+  EXPECT_TRUE(a->browser_refreshing() && b->browser_refreshing() && c->browser_refreshing());
+  ASSERT_TRUE(Run(manager_->Destroy(c->id()), 60s));
   auto fresh_a = Run(manager_->WaitBrowserFresh(a, 180s), 200s);
   ASSERT_TRUE(fresh_a) << fresh_a.error().message;
-  EXPECT_TRUE(b->browser_refreshing) << "the second refresh ended with the first";
+  EXPECT_TRUE(b->browser_refreshing()) << "the second refresh ended with the first";
   auto fresh_b = Run(manager_->WaitBrowserFresh(b, 180s), 200s);
   ASSERT_TRUE(fresh_b) << fresh_b.error().message;
   EXPECT_EQ(CdpEvaluate(*b, "1 + 1"), "2");
@@ -574,7 +574,7 @@ TEST_F(PrestartPoolTest, RestoresIntoAPrestartedQemu) {
   EXPECT_EQ(manager_->Stats().prestarted, 1u);
   auto sb = CreateOrDie();
   ASSERT_TRUE(sb);
-  EXPECT_EQ(sb->path, vmhost::CreatePath::kPrestarted);
+  EXPECT_EQ(sb->path(), vmhost::CreatePath::kPrestarted);
   EXPECT_EQ(CdpEvaluate(*sb, "2 + 2"), "4");
   ASSERT_TRUE(Run(manager_->WaitPoolsFull(120s), 150s));
   EXPECT_EQ(manager_->Stats().prestarted, 1u);

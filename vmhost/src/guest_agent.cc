@@ -254,8 +254,8 @@ std::unique_ptr<FileReader> AgentGuest::ReadFile(std::string path) {
 }
 
 std::shared_ptr<GuestAgent> AgentGuestOf(std::shared_ptr<Sandbox> sandbox) {
-  if (!sandbox || !sandbox->agent || sandbox->agent->closed()) return nullptr;
-  AgentClient* client = sandbox->agent.get();
+  if (!sandbox || !sandbox->agent() || sandbox->agent()->closed()) return nullptr;
+  AgentClient* client = sandbox->agent();
   // Shares ownership of the sandbox, which owns the client for its whole life.
   return std::make_shared<AgentGuest>(std::shared_ptr<AgentClient>(std::move(sandbox), client));
 }

@@ -42,27 +42,46 @@ struct TrimStats {
 enum class CreatePath { kWarm, kPrestarted, kCold };
 std::string_view ToString(CreatePath p);
 
+// One sandbox's VM as vmhost holds it. Callers read it; only the SandboxHost that made it
+// changes it (SandboxManager, or a test's fake deriving from it).
 class Sandbox {
  public:
-  std::string id;
-  uint32_t slot = 0;
-  int qemu_pid = 0;
-  SandboxState state = SandboxState::kCreating;
-  std::string failure;  // why it failed, if it did
-  CreatePath path = CreatePath::kCold;
-  std::chrono::system_clock::time_point created_at;
-  std::unique_ptr<QmpClient> qmp;
-  std::unique_ptr<AgentClient> agent;
-  std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd;
+  const std::string& id() const { return id_; }
+  uint32_t slot() const { return slot_; }
+  int qemu_pid() const { return qemu_pid_; }
+  SandboxState state() const { return state_; }
+  const std::string& failure() const { return failure_; }  // why it failed, if it did
+  CreatePath path() const { return path_; }
+  std::chrono::system_clock::time_point created_at() const { return created_at_; }
   // After a restore for a waiting client the sandbox is handed out before its browser has
   // reloaded its pages in new renderers (SandboxManager::RefreshBrowser); until then nothing may
   // talk to a page: SandboxManager::WaitBrowserFresh() is the gate.
-  bool browser_refreshing = false;
-  std::string browser_failure;  // why the refresh failed, if it did (the sandbox is then failed)
-  std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters;  // cancelled when it ends
-  bool refresh_on_resume = false;  // adopted paused with its refresh unfinished
+  bool browser_refreshing() const { return browser_refreshing_; }
+  // Why the refresh failed, if it did (the sandbox is then failed).
+  const std::string& browser_failure() const { return browser_failure_; }
+  // The VM's channels, nullptr before they are connected: QMP and the guest agent.
+  QmpClient* qmp() const { return qmp_.get(); }
+  AgentClient* agent() const { return agent_.get(); }
   // Idle trimming of the translation cache (VmHostConfig::trim_idle_after).
-  IdleTrim idle_trim;
+  const IdleTrim& idle_trim() const { return idle_trim_; }
+
+ protected:
+  friend class SandboxManager;
+  std::string id_;
+  uint32_t slot_ = 0;
+  int qemu_pid_ = 0;
+  SandboxState state_ = SandboxState::kCreating;
+  std::string failure_;
+  CreatePath path_ = CreatePath::kCold;
+  std::chrono::system_clock::time_point created_at_;
+  std::unique_ptr<QmpClient> qmp_;
+  std::unique_ptr<AgentClient> agent_;
+  std::unique_ptr<boost::asio::posix::stream_descriptor> pidfd_;
+  bool browser_refreshing_ = false;
+  std::string browser_failure_;
+  std::vector<std::shared_ptr<boost::asio::steady_timer>> browser_waiters_;  // cancelled when it ends
+  bool refresh_on_resume_ = false;  // adopted paused with its refresh unfinished
+  IdleTrim idle_trim_;
 };
 
 // A sandbox the previous deskboxd process left running, to take over after a restart.

@@ -31,6 +31,7 @@
 #include "vmhost/qmp.h"
 #include "vmhost/sandbox.h"
 #include "vmhost/sandbox_host.h"
+#include "vmhost/slot_pool.h"
 
 namespace deskbox::vmhost {
 
@@ -139,7 +140,6 @@ class SandboxManager final : public SandboxHost {
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> CreateOnce(bool* warm);
   // Pool VMs run at nice 10, handed-out ones at 0 (jailer SetSlotPriority).
   boost::asio::awaitable<void> SetPriority(Sandbox& sb, bool background);
-  boost::asio::awaitable<std::expected<uint32_t, VmError>> TakeNetworkSlot();
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
@@ -191,8 +191,7 @@ class SandboxManager final : public SandboxHost {
   VmHostConfig config_;
   v1::TemplateManifest manifest_;
   std::string accelerator_;
-  std::set<uint32_t> free_slots_;
-  std::deque<uint32_t> netns_ready_;
+  SlotPool slots_;
   std::deque<std::shared_ptr<Sandbox>> prestarted_;
   std::deque<std::shared_ptr<Sandbox>> warm_;
   uint64_t trims_total_ = 0;
