@@ -17,8 +17,11 @@
 #include "api/metrics.h"
 #include "api/router.h"
 #include "api/sandbox_registry.h"
+#include "cdp_proxy/error.h"
+#include "egress/error.h"
 #include "recorder/log_event_sink.h"
 #include "vmhost/sandbox_host.h"
+#include "vnc_bridge/error.h"
 
 namespace deskbox::api {
 
@@ -41,6 +44,11 @@ inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr std::chrono::milliseconds kBrowserFreshTimeout{120000};
 
 HttpResponse FromVmError(const vmhost::VmError& e);
+// vmhost's failure to reach a guest port or make a socket, as the component that asked tells
+// failures apart: a timeout, the sandbox gone (kNotFound, kInvalidState), the guest refusing.
+cdp_proxy::Error ToCdpError(vmhost::VmError e);
+vnc_bridge::Error ToScreenError(vmhost::VmError e);
+egress::Error ToEgressError(vmhost::VmError e);
 // `file`: the call names a guest path, so the agent's NOT_FOUND / TOO_LARGE are about it.
 HttpResponse FromAgentError(const vmhost::AgentError& e, bool file = false);
 std::string Rfc3339(int64_t ms);

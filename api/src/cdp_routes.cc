@@ -41,23 +41,24 @@ void CdpRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
   cdp_.CloseSandbox(r.id, fmt::format("sandbox {}", vmhost::ToString(r.state)));
 }
 
-asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> CdpRoutes::DialCdpVersion(
+asio::awaitable<std::expected<asio::ip::tcp::socket, cdp_proxy::Error>> CdpRoutes::DialCdpVersion(
     const std::string& sandbox_id) {
   auto sb = ctx_.manager.Find(sandbox_id);
   if (!sb || sb->state() != SandboxState::kRunning)
-    co_return std::unexpected(std::string("the sandbox is not running"));
+    co_return std::unexpected(
+        cdp_proxy::Error{cdp_proxy::ErrorCode::kClosed, "the sandbox is not running"});
   auto s = co_await ctx_.manager.ConnectGuest(sb->slot(), slot_network::kGuestCdpPort, 5s);
-  if (!s) co_return std::unexpected(s.error().message);
+  if (!s) co_return std::unexpected(ToCdpError(std::move(s.error())));
   co_return std::move(*s);
 }
 
-asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> CdpRoutes::DialCdp(
+asio::awaitable<std::expected<asio::ip::tcp::socket, cdp_proxy::Error>> CdpRoutes::DialCdp(
     const std::string& sandbox_id) {
   // Pages are reached only once none holds random state shared with other clones (a sandbox
   // restored for its create reloads them right after; vmhost WaitBrowserFresh).
   if (auto sb = ctx_.manager.Find(sandbox_id)) {
     if (auto fresh = co_await ctx_.manager.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh)
-      co_return std::unexpected(fresh.error().message);
+      co_return std::unexpected(ToCdpError(std::move(fresh.error())));
   }
   co_return co_await DialCdpVersion(sandbox_id);
 }
@@ -92,7 +93,8 @@ asio::awaitable<std::expected<CdpRoutes::GuestAnswer, HttpResponse>> CdpRoutes::
   if (auto rec = RunningRecord(c.id); !rec) co_return std::unexpected(rec.error());
   auto a = co_await cdp_.GuestHttp(c.id, m, target);
   if (!a)
-    co_return std::unexpected(Error(502, "guest_error", "the sandbox's browser: " + a.error()));
+    co_return std::unexpected(
+        Error(502, "guest_error", "the sandbox's browser: " + a.error().message));
   co_return GuestAnswer{a->status, std::move(a->body)};
 }
 
@@ -111,7 +113,7 @@ asio::awaitable<std::expected<nlohmann::json, HttpResponse>> CdpRoutes::Sanitize
   if (!v)
     co_return R(std::unexpected(
         Error(502, "guest_error",
-              fmt::format("the sandbox's browser gave a bad {}: {}", what, v.error()))));
+              fmt::format("the sandbox's browser gave a bad {}: {}", what, v.error().message))));
   if constexpr (requires { v->body; })
     co_return R(v->body);
   else
@@ -210,7 +212,7 @@ Reply CdpRoutes::CdpBrowser(Call& c) {
     auto v = cdp_proxy::SanitizeVersion(a->body, Urls(c));
     if (!v)
       co_return Error(502, "guest_error",
-                      "the sandbox's browser gave a bad /json/version: " + v.error());
+                      "the sandbox's browser gave a bad /json/version: " + v.error().message);
     browser = v->browser_id;
   } else if (!cdp_proxy::IsValidBrowserId(browser)) {
     co_return Error(404, "not_found", "no such browser endpoint");

@@ -38,10 +38,10 @@ class CdpRoutes final : public SandboxStateListener, private cdp_proxy::GuestDia
   HttpResponse WebSocket(Call& c, std::string guest_path);
   // The running sandbox's record, or the answer (404, 409) when it is not.
   std::expected<const SandboxRecord*, HttpResponse> RunningRecord(const std::string& id);
-  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, cdp_proxy::Error>> DialCdp(
       const std::string& sandbox_id) override;
-  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdpVersion(
-      const std::string& sandbox_id) override;
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, cdp_proxy::Error>>
+  DialCdpVersion(const std::string& sandbox_id) override;
 
   ApiContext& ctx_;
   cdp_proxy::CdpProxy cdp_;

@@ -178,7 +178,7 @@ const std::vector<Setting>& Settings() {
          c.egress_reachable.clear();
          for (const auto& item : SplitList(v)) {
            auto cidr = egress::ParseCidr(item);
-           if (!cidr) return std::unexpected(cidr.error());
+           if (!cidr) return std::unexpected(cidr.error().message);
            c.egress_reachable.push_back(cidr->ToString());
          }
          return {};

@@ -80,15 +80,24 @@ struct EncodedImage {
   std::string bytes;
   cu::DisplaySize size;
 };
-std::expected<EncodedImage, std::string> Encode(const vb::Framebuffer& fb,
-                                                const cu::ImageRequest& req, const cu::Display& d) {
+std::expected<EncodedImage, vb::Error> Encode(const vb::Framebuffer& fb,
+                                              const cu::ImageRequest& req, const cu::Display& d) {
   auto want = cu::ImageSize(req, d);
   auto img = vb::Render(fb, {}, want.width, want.height);
-  if (!img) return std::unexpected(img.error());
+  if (!img) return std::unexpected(std::move(img.error()));
   auto bytes = req.format == cu::ImageFormat::kPng ? vb::EncodePng(*img)
                                                    : vb::EncodeJpeg(*img, req.quality);
-  if (!bytes) return std::unexpected(bytes.error());
+  if (!bytes) return std::unexpected(std::move(bytes.error()));
   return EncodedImage{std::move(*bytes), {img->width, img->height}};
+}
+
+// vb::Perform with its error as the message deskboxd answers: the steps of typing and pasting
+// below report their own failures as such messages too.
+asio::awaitable<std::expected<void, std::string>> PerformAction(vb::FrameMirror& m,
+                                                                const vb::Action& a) {
+  auto r = co_await vb::Perform(m, a);
+  if (!r) co_return std::unexpected(std::move(r.error().message));
+  co_return std::expected<void, std::string>{};
 }
 
 }  // namespace
@@ -140,12 +149,13 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
     // The connector checks, at every (re)connect, that the slot still holds this sandbox: a
     // mirror must never reach the next sandbox to use the slot.
     auto connect = [this, id,
-                    slot]() -> asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> {
+                    slot]() -> asio::awaitable<std::expected<asio::ip::tcp::socket, vb::Error>> {
       auto now = ctx_.manager.Find(id);
       if (!now || now->slot() != slot || now->state() != SandboxState::kRunning)
-        co_return std::unexpected(std::string("the sandbox is no longer running"));
+        co_return std::unexpected(
+            vb::Error{vb::ErrorCode::kClosed, "the sandbox is no longer running"});
       auto s = co_await ctx_.manager.ConnectGuest(slot, slot_network::kGuestRfbPort, 5s);
-      if (!s) co_return std::unexpected(s.error().message);
+      if (!s) co_return std::unexpected(ToScreenError(std::move(s.error())));
       co_return std::move(*s);
     };
     auto m = std::make_shared<vb::FrameMirror>(ctx_.executor, std::move(connect), id);
@@ -168,8 +178,8 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
     if (mirror->stopped())
       co_return R(std::unexpected(
           Error(409, "invalid_state", fmt::format("sandbox {} stopped running", id))));
-    co_return R(
-        std::unexpected(Error(504, "guest_timeout", "the sandbox's screen: " + ready.error())));
+    co_return R(std::unexpected(
+        Error(504, "guest_timeout", "the sandbox's screen: " + ready.error().message)));
   }
   co_return R(std::move(mirror));
 }
@@ -185,7 +195,7 @@ Reply DesktopRoutes::Screenshot(Call& c) {
   const auto& fb = (*mirror)->framebuffer();
   cu::Display d = DisplayOf(EffectiveDisplay(c.id, query->display), fb);
   auto image = Encode(fb, query->image, d);
-  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error());
+  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error().message);
   HttpResponse r;
   r.content_type = std::string(cu::MediaType(query->image.format));
   r.body = std::move(image->bytes);
@@ -223,7 +233,7 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
       vb::Action a;
       a.type = vb::Action::Type::kType;
       a.text = run.text;
-      r = co_await vb::Perform(m, a);
+      r = co_await PerformAction(m, a);
     } else {
       r = co_await Paste(id, m, cu::EncodeUtf8(run.text));
     }
@@ -303,7 +313,7 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::Paste(const std
     vb::Action paste_key;
     paste_key.type = vb::Action::Type::kKey;
     paste_key.keys = {{vb::kKeysymControlL, 'v'}};
-    if (auto k = co_await vb::Perform(m, paste_key); !k) co_return k;
+    if (auto k = co_await PerformAction(m, paste_key); !k) co_return k;
     last_paste_[id] = vb::FrameMirror::Clock::now();
     auto settled = co_await m.Settle(before, t0, o);
     if (settled.changed) break;
@@ -324,7 +334,7 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::PressKeys(
     if (step.route == cu::KeyStep::Route::kPress) {
       vb::Action batch = action;
       batch.keys = step.combos;
-      r = co_await vb::Perform(m, batch);
+      r = co_await PerformAction(m, batch);
     } else {
       r = co_await TypeText(id, m, std::u32string(1, step.character));
     }
@@ -358,7 +368,7 @@ asio::awaitable<DesktopRoutes::StepOutcome> DesktopRoutes::PerformStep(
     else if (actions[i].type == vb::Action::Type::kKey)
       r = co_await PressKeys(c.id, m, actions[i]);
     else
-      r = co_await vb::Perform(m, actions[i]);
+      r = co_await PerformAction(m, actions[i]);
     if (!r) {
       out.failure =
           fmt::format("actions[{}] ({}): {}", i, vb::ToString(actions[i].type), r.error());
@@ -436,7 +446,8 @@ Reply DesktopRoutes::Actions(Call& c) {
       co_return Error(502, "guest_error",
                       "the sandbox's screen was lost or resized during the actions");
     auto image = Encode(m->framebuffer(), *shot, d);
-    if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error());
+    if (!image)
+      co_return Error(500, "internal", "encoding the screenshot: " + image.error().message);
     out["screenshot"] = {{"format", cu::ToString(shot->format)},
                          {"width", image->size.width},
                          {"height", image->size.height},
@@ -483,11 +494,12 @@ Reply DesktopRoutes::ComputerAnthropic(Call& c) {
   // The screen after the action (or the zoomed region at the screen's own resolution).
   auto image = step->zoom ? vb::Render(m->framebuffer(), *step->zoom, 0, 0)
                           : vb::Render(m->framebuffer(), {}, d.w(), d.h());
-  if (!image) co_return Error(500, "internal", "rendering the screenshot: " + image.error());
+  if (!image)
+    co_return Error(500, "internal", "rendering the screenshot: " + image.error().message);
   const auto& img = query->image;
   auto bytes = img.format == cu::ImageFormat::kPng ? vb::EncodePng(*image)
                                                    : vb::EncodeJpeg(*image, img.quality);
-  if (!bytes) co_return Error(500, "internal", "encoding the screenshot: " + bytes.error());
+  if (!bytes) co_return Error(500, "internal", "encoding the screenshot: " + bytes.error().message);
   co_return Json(200,
                  cu::AnthropicImageResult(img.format, Base64Encode(*bytes), call->tool_use_id));
 }
@@ -523,7 +535,7 @@ Reply DesktopRoutes::ComputerOpenAi(Call& c) {
     co_return Error(502, "guest_error",
                     "the sandbox's screen was lost or resized during the actions");
   auto image = Encode(m->framebuffer(), query->image, d);
-  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error());
+  if (!image) co_return Error(500, "internal", "encoding the screenshot: " + image.error().message);
   co_return Json(200, cu::OpenAiCallOutput(query->image.format, Base64Encode(image->bytes),
                                            call->call_id));
 }

@@ -61,10 +61,10 @@ void EgressBinding::OnSandboxState(const SandboxRecord& r, SandboxState) {
   if (r.state == SandboxState::kFailed || r.state == SandboxState::kStopped) egress_->Detach(r.id);
 }
 
-asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> EgressBinding::Open(
+asio::awaitable<std::expected<std::vector<UniqueFd>, egress::Error>> EgressBinding::Open(
     bool ipv6, bool udp, unsigned count) {
   auto r = co_await ctx_.manager.OpenUplinkSockets(ipv6, udp, count);
-  if (!r) co_return std::unexpected(r.error().message);
+  if (!r) co_return std::unexpected(ToEgressError(std::move(r.error())));
   co_return std::move(*r);
 }
 
@@ -73,11 +73,13 @@ egress::DefaultAction EgressBinding::Default() const {
                                                : egress::DefaultAction::kDeny;
 }
 
-std::expected<egress::Policy, std::string> EgressBinding::StoredPolicy(
+std::expected<egress::Policy, egress::Error> EgressBinding::StoredPolicy(
     const std::string& egress_json) const {
   if (egress_json.empty()) return egress::Policy{Default(), {}, {}};
   auto j = ParseJson(egress_json);
-  if (!j) return std::unexpected("stored egress policy is not JSON");
+  if (!j)
+    return std::unexpected(
+        egress::Error{egress::ErrorCode::kBadPolicy, "stored egress policy is not JSON"});
   return egress::ParsePolicy(*j, Default());
 }
 
@@ -90,7 +92,7 @@ void EgressBinding::DetachIfGone(const std::string& id) {
 asio::awaitable<std::expected<void, std::string>> EgressBinding::Attach(
     const std::string& id, uint32_t slot, const std::string& policy_json) {
   auto policy = StoredPolicy(policy_json);
-  if (!policy) co_return std::unexpected(policy.error());
+  if (!policy) co_return std::unexpected(policy.error().message);
   auto fds = co_await ctx_.manager.OpenEgressSockets(slot);
   if (!fds) co_return std::unexpected(fds.error().message);
   egress::SandboxSockets s;
@@ -112,7 +114,7 @@ Reply EgressBinding::GetEgress(Call& c) {
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   auto p = StoredPolicy((*r)->egress_json);
-  if (!p) co_return Error(500, "internal", p.error());
+  if (!p) co_return Error(500, "internal", p.error().message);
   co_return Json(200, egress::PolicyJson(*p));
 }
 
@@ -124,7 +126,7 @@ Reply EgressBinding::PutEgress(Call& c) {
       ctx_.sandboxes.Find(c.id);  // the record may have gone while the body was read
   if (!rec) co_return Error(404, "not_found", fmt::format("no sandbox {}", c.id));
   auto p = egress::ParsePolicy(*body, Default());
-  if (!p) co_return Error(400, "invalid_request", p.error());
+  if (!p) co_return Error(400, "invalid_request", p.error().message);
   if (!IsAlive(rec->state))
     co_return Error(409, "invalid_state",
                     fmt::format("sandbox {} is {}", rec->id, vmhost::ToString(rec->state)));

@@ -26,13 +26,13 @@ class EgressBinding final : public SandboxStateListener, private egress::UplinkS
   // The operator's default for a policy that gives none (--egress-default).
   egress::DefaultAction Default() const;
   // A sandbox's stored policy ("" when created before it had one: the operator's default).
-  std::expected<egress::Policy, std::string> StoredPolicy(const std::string& egress_json) const;
+  std::expected<egress::Policy, egress::Error> StoredPolicy(const std::string& egress_json) const;
   const egress::Egress& egress() const { return *egress_; }
 
   void OnSandboxState(const SandboxRecord& r, vmhost::SandboxState from) override;
 
  private:
-  boost::asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> Open(
+  boost::asio::awaitable<std::expected<std::vector<UniqueFd>, egress::Error>> Open(
       bool ipv6, bool udp, unsigned count) override;
   Reply GetEgress(Call& c);
   Reply PutEgress(Call& c);

@@ -245,7 +245,7 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   if (const json* e = in.Any("egress")) {
     auto p = egress::ParsePolicy(*e, policy.default_action);
     if (!p)
-      in.Fail(p.error());
+      in.Fail(p.error().message);
     else
       policy = std::move(*p);
   }

@@ -42,6 +42,36 @@ HttpResponse FromVmError(const vmhost::VmError& e) {
   return Error(500, "internal", e.message);
 }
 
+cdp_proxy::Error ToCdpError(vmhost::VmError e) {
+  using C = vmhost::VmError::Code;
+  using cdp_proxy::ErrorCode;
+  ErrorCode code = ErrorCode::kIo;
+  if (e.code == C::kTimeout)
+    code = ErrorCode::kTimeout;
+  else if (e.code == C::kGuest)
+    code = ErrorCode::kGuest;
+  else if (e.code == C::kNotFound || e.code == C::kInvalidState)
+    code = ErrorCode::kClosed;
+  return {code, std::move(e.message)};
+}
+
+vnc_bridge::Error ToScreenError(vmhost::VmError e) {
+  using C = vmhost::VmError::Code;
+  using vnc_bridge::ErrorCode;
+  ErrorCode code = ErrorCode::kIo;
+  if (e.code == C::kTimeout)
+    code = ErrorCode::kTimeout;
+  else if (e.code == C::kNotFound || e.code == C::kInvalidState)
+    code = ErrorCode::kClosed;
+  return {code, std::move(e.message)};
+}
+
+egress::Error ToEgressError(vmhost::VmError e) {
+  return {e.code == vmhost::VmError::Code::kTimeout ? egress::ErrorCode::kTimeout
+                                                    : egress::ErrorCode::kIo,
+          std::move(e.message)};
+}
+
 HttpResponse FromAgentError(const vmhost::AgentError& e, bool file) {
   using C = vmhost::AgentError::Code;
   if (e.code == C::kTimeout) return Error(504, "guest_timeout", e.message);

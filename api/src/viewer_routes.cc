@@ -171,13 +171,14 @@ Reply ViewerRoutes::ViewerSocket(Call& c) {
   co_return r;
 }
 
-asio::awaitable<std::expected<asio::ip::tcp::socket, std::string>> ViewerRoutes::DialRfb(
+asio::awaitable<std::expected<asio::ip::tcp::socket, vnc_bridge::Error>> ViewerRoutes::DialRfb(
     const std::string& id) {
   auto sb = ctx_.manager.Find(id);
   if (!sb || sb->state() != vmhost::SandboxState::kRunning)
-    co_return std::unexpected(std::string("the sandbox is not running"));
+    co_return std::unexpected(
+        vnc_bridge::Error{vnc_bridge::ErrorCode::kClosed, "the sandbox is not running"});
   auto s = co_await ctx_.manager.ConnectGuest(sb->slot(), slot_network::kGuestRfbPort, 5s);
-  if (!s) co_return std::unexpected(s.error().message);
+  if (!s) co_return std::unexpected(ToScreenError(std::move(s.error())));
   co_return std::move(*s);
 }
 

@@ -21,7 +21,7 @@ class ViewerRoutes final : public SandboxStateListener {
   Reply ViewerSocket(Call& c);
   Reply ViewerPage(Call& c);
   Reply ViewerAsset(Call& c);
-  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialRfb(
+  boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, vnc_bridge::Error>> DialRfb(
       const std::string& id);
 
   ApiContext& ctx_;

@@ -69,19 +69,44 @@ void CdpProxy::Count(const std::string& method) {
   else ++method_counts_["other"];
 }
 
-asio::awaitable<std::expected<GuestHttpAnswer, std::string>> CdpProxy::GuestHttp(const std::string& sandbox_id,
-                                                                                   http::verb method,
-                                                                                   const std::string& target) {
-  std::expected<asio::ip::tcp::socket, std::string> sock = std::unexpected(std::string());
+namespace {
+
+// What kind of failure DevToolsHttp's is, to GuestHttp's callers.
+ErrorCode CodeOf(vmhost::DevToolsHttpError::Code code) {
+  using C = vmhost::DevToolsHttpError::Code;
+  switch (code) {
+    case C::kInvalidTarget:
+      return ErrorCode::kBadTarget;
+    case C::kSend:
+      return ErrorCode::kIo;
+    case C::kReceive:
+      return ErrorCode::kClosed;
+    case C::kTimeout:
+      return ErrorCode::kTimeout;
+    case C::kHeaderTooLarge:
+    case C::kBodyTooLarge:
+    case C::kMalformed:
+      return ErrorCode::kGuest;
+  }
+  return ErrorCode::kGuest;
+}
+
+}  // namespace
+
+asio::awaitable<std::expected<GuestHttpAnswer, Error>> CdpProxy::GuestHttp(
+    const std::string& sandbox_id, http::verb method, const std::string& target) {
+  std::expected<asio::ip::tcp::socket, Error> sock = std::unexpected(Error{ErrorCode::kIo, ""});
   if (method == http::verb::get && target == "/json/version")
     sock = co_await dialer_.DialCdpVersion(sandbox_id);
   else
     sock = co_await dialer_.DialCdp(sandbox_id);
-  if (!sock) co_return std::unexpected(sock.error());
+  if (!sock) co_return std::unexpected(std::move(sock.error()));
   auto answer = co_await vmhost::DevToolsHttp(
       std::move(*sock), method, target,
       {.body_bytes = kMaxGuestJson, .timeout = options_.guest_timeout});
-  if (!answer) co_return std::unexpected("the guest's DevTools: " + answer.error().message);
+  if (!answer)
+    co_return std::unexpected(
+        Error{CodeOf(answer.error().code), "the guest's DevTools: " + answer.error().message});
   co_return std::move(*answer);
 }
 
@@ -98,7 +123,8 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
   }
   auto sock = co_await dialer_.DialCdp(sandbox_id);
   if (!sock) {
-    co_await http_error(502, "guest_error", "cannot reach the sandbox's browser: " + sock.error());
+    co_await http_error(502, "guest_error",
+                        "cannot reach the sandbox's browser: " + sock.error().message);
     co_return;
   }
   Ws guest(beast::tcp_stream(std::move(*sock)));

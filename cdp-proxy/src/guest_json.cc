@@ -8,6 +8,10 @@ using nlohmann::json;
 
 namespace {
 
+std::unexpected<Error> BadJson(std::string message) {
+  return std::unexpected(Error{ErrorCode::kBadJson, std::move(message)});
+}
+
 // True when `text` nests objects/arrays at most `limit` deep (strings are skipped).
 bool DepthAtMost(std::string_view text, int limit) {
   int depth = 0;
@@ -28,12 +32,13 @@ bool DepthAtMost(std::string_view text, int limit) {
   return true;
 }
 
-std::expected<json, std::string> Parse(std::string_view body) {
-  if (body.size() > kMaxGuestJson) return std::unexpected(fmt::format("answer over {} bytes", kMaxGuestJson));
+std::expected<json, Error> Parse(std::string_view body) {
+  if (body.size() > kMaxGuestJson)
+    return BadJson(fmt::format("answer over {} bytes", kMaxGuestJson));
   // A well-formed answer is at most two levels deep; refuse anything much deeper unparsed.
-  if (!DepthAtMost(body, 4)) return std::unexpected("answer nests too deep");
+  if (!DepthAtMost(body, 4)) return BadJson("answer nests too deep");
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::unexpected("answer is not JSON");
+  if (j.is_discarded()) return BadJson("answer is not JSON");
   return j;
 }
 
@@ -51,13 +56,13 @@ std::string LastSegment(const std::string& url) {
   return slash == std::string::npos ? "" : url.substr(slash + 1);
 }
 
-std::expected<json, std::string> OneTarget(const json& t, const PublicUrls& urls) {
-  if (!t.is_object()) return std::unexpected("a target is not an object");
+std::expected<json, Error> OneTarget(const json& t, const PublicUrls& urls) {
+  if (!t.is_object()) return BadJson("a target is not an object");
   std::string id = Str(t, "id");
-  if (!IsValidTargetId(id)) return std::unexpected("a target id is not valid");
+  if (!IsValidTargetId(id)) return BadJson("a target id is not valid");
   std::string type = Str(t, "type");
   if (type.empty() || type.size() > 32 || type.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") != std::string::npos)
-    return std::unexpected("a target type is not valid");
+    return BadJson("a target type is not valid");
   json out = {{"id", id},
               {"type", type},
               {"title", Str(t, "title")},
@@ -95,13 +100,14 @@ bool IsValidBrowserId(std::string_view id) {
   return true;
 }
 
-std::expected<VersionInfo, std::string> SanitizeVersion(std::string_view guest_body, const PublicUrls& urls) {
+std::expected<VersionInfo, Error> SanitizeVersion(std::string_view guest_body,
+                                                  const PublicUrls& urls) {
   auto j = Parse(guest_body);
-  if (!j) return std::unexpected(j.error());
-  if (!j->is_object()) return std::unexpected("/json/version is not an object");
+  if (!j) return std::unexpected(std::move(j.error()));
+  if (!j->is_object()) return BadJson("/json/version is not an object");
   std::string ws = Str(*j, "webSocketDebuggerUrl");
   std::string id = LastSegment(ws);
-  if (!IsValidBrowserId(id)) return std::unexpected("/json/version has no valid browser id");
+  if (!IsValidBrowserId(id)) return BadJson("/json/version has no valid browser id");
   VersionInfo v;
   v.browser_id = id;
   v.body = json::object();
@@ -111,11 +117,11 @@ std::expected<VersionInfo, std::string> SanitizeVersion(std::string_view guest_b
   return v;
 }
 
-std::expected<json, std::string> SanitizeTargets(std::string_view guest_body, const PublicUrls& urls) {
+std::expected<json, Error> SanitizeTargets(std::string_view guest_body, const PublicUrls& urls) {
   auto j = Parse(guest_body);
-  if (!j) return std::unexpected(j.error());
-  if (!j->is_array()) return std::unexpected("/json/list is not an array");
-  if (j->size() > kMaxTargets) return std::unexpected(fmt::format("more than {} targets", kMaxTargets));
+  if (!j) return std::unexpected(std::move(j.error()));
+  if (!j->is_array()) return BadJson("/json/list is not an array");
+  if (j->size() > kMaxTargets) return BadJson(fmt::format("more than {} targets", kMaxTargets));
   json out = json::array();
   for (const auto& t : *j) {
     auto one = OneTarget(t, urls);
@@ -124,9 +130,9 @@ std::expected<json, std::string> SanitizeTargets(std::string_view guest_body, co
   return out;
 }
 
-std::expected<json, std::string> SanitizeTarget(std::string_view guest_body, const PublicUrls& urls) {
+std::expected<json, Error> SanitizeTarget(std::string_view guest_body, const PublicUrls& urls) {
   auto j = Parse(guest_body);
-  if (!j) return std::unexpected(j.error());
+  if (!j) return std::unexpected(std::move(j.error()));
   return OneTarget(*j, urls);
 }
 

@@ -84,7 +84,7 @@ std::expected<std::vector<uint32_t>, Error> ReadModifiers(Members& in) {
   }
   if (combo.empty()) return std::vector<uint32_t>{};
   auto keys = vb::ParseCombo(combo);
-  if (!keys) return Fail(ErrorCode::kBadKey, in.Name("modifiers") + ": " + keys.error());
+  if (!keys) return Fail(ErrorCode::kBadKey, in.Name("modifiers") + ": " + keys.error().message);
   return *keys;
 }
 
@@ -181,7 +181,7 @@ std::expected<void, Error> ReadAction(Members& in, const std::string& type, cons
     if (!text) return std::unexpected(text.error());
     if (!*text) return Fail(ErrorCode::kMissingField, path + ".text is required");
     auto cps = vb::DecodeUtf8(**text);
-    if (!cps) return Fail(ErrorCode::kBadText, path + ".text: " + cps.error());
+    if (!cps) return Fail(ErrorCode::kBadText, path + ".text: " + cps.error().message);
     if (cps->size() > vb::kMaxTextChars)
       return Fail(ErrorCode::kBadText,
                   fmt::format("{}.text has more than {} characters", path, vb::kMaxTextChars));
@@ -197,12 +197,12 @@ std::expected<void, Error> ReadAction(Members& in, const std::string& type, cons
                   path + ".keys is required (e.g. \"ctrl+shift+t\", \"Return\")");
     if (a.type == T::kKey) {
       auto seq = vb::ParseKeySequence(**keys);
-      if (!seq) return Fail(ErrorCode::kBadKey, path + ".keys: " + seq.error());
+      if (!seq) return Fail(ErrorCode::kBadKey, path + ".keys: " + seq.error().message);
       a.keys = std::move(*seq);
       return {};
     }
     auto combo = vb::ParseCombo(**keys);
-    if (!combo) return Fail(ErrorCode::kBadKey, path + ".keys: " + combo.error());
+    if (!combo) return Fail(ErrorCode::kBadKey, path + ".keys: " + combo.error().message);
     a.keys = {std::move(*combo)};
     auto duration = ReadDurationMs(in, std::chrono::milliseconds(500));
     if (!duration) return std::unexpected(duration.error());

@@ -42,7 +42,7 @@ std::expected<std::vector<uint32_t>, Error> ModelModifiers(const json& input) {
   if (!it->is_string()) return Fail(ErrorCode::kBadKey, "text (modifier keys) must be a string");
   if (it->get_ref<const std::string&>().empty()) return std::vector<uint32_t>{};
   auto keys = vb::ParseCombo(it->get_ref<const std::string&>());
-  if (!keys) return Fail(ErrorCode::kBadKey, "text (modifier keys): " + keys.error());
+  if (!keys) return Fail(ErrorCode::kBadKey, "text (modifier keys): " + keys.error().message);
   return *keys;
 }
 
@@ -162,12 +162,12 @@ std::expected<AnthropicStep, Error> ParseAnthropic(const json& in, const Display
     if (!t) return std::unexpected(t.error());
     if (action == "key") {
       auto seq = vb::ParseKeySequence(*t);
-      if (!seq) return Fail(ErrorCode::kBadKey, seq.error());
+      if (!seq) return Fail(ErrorCode::kBadKey, seq.error().message);
       a.type = T::kKey;
       a.keys = std::move(*seq);
     } else {
       auto combo = vb::ParseCombo(*t);
-      if (!combo) return Fail(ErrorCode::kBadKey, combo.error());
+      if (!combo) return Fail(ErrorCode::kBadKey, combo.error().message);
       auto dur = ModelDuration(in, 0.5);
       if (!dur) return std::unexpected(dur.error());
       a.type = T::kHoldKey;
@@ -179,7 +179,7 @@ std::expected<AnthropicStep, Error> ParseAnthropic(const json& in, const Display
     if (Absent(in, t)) return Fail(ErrorCode::kMissingField, "type needs text");
     if (!t->is_string()) return Fail(ErrorCode::kBadText, "type needs text");
     auto cps = vb::DecodeUtf8(t->get_ref<const std::string&>());
-    if (!cps) return Fail(ErrorCode::kBadText, cps.error());
+    if (!cps) return Fail(ErrorCode::kBadText, cps.error().message);
     a.type = T::kType;
     a.text = std::move(*cps);
   } else if (action == "mouse_move") {

@@ -36,7 +36,8 @@ ErrorCode CodeFor(vnc_bridge::Action::Type type) {
 std::expected<void, Error> CheckAction(const vnc_bridge::Action& action, const Display& display,
                                        std::string_view prefix) {
   auto v = vnc_bridge::Validate(action, display.screen_w, display.screen_h);
-  if (!v) return std::unexpected(Error{CodeFor(action.type), std::string(prefix) + v.error()});
+  if (!v)
+    return std::unexpected(Error{CodeFor(action.type), std::string(prefix) + v.error().message});
   return {};
 }
 

@@ -150,7 +150,7 @@ std::expected<std::optional<vb::Action>, Error> ParseOpenAiAction(const json& j,
     for (const auto& name : *k) {
       if (!name.is_string()) return Fail(ErrorCode::kBadKey, path + ".keys must hold strings");
       auto ks = vb::KeysymForName(name.get_ref<const std::string&>());
-      if (!ks) return Fail(ErrorCode::kBadKey, path + ".keys: " + ks.error());
+      if (!ks) return Fail(ErrorCode::kBadKey, path + ".keys: " + ks.error().message);
       combo.push_back(*ks);
     }
     a.type = T::kKey;
@@ -178,7 +178,7 @@ std::expected<std::optional<vb::Action>, Error> ParseOpenAiAction(const json& j,
     if (t == j.end() || t->is_null()) return Fail(ErrorCode::kMissingField, path + ".text is required");
     if (!t->is_string()) return Fail(ErrorCode::kBadText, path + ".text is required");
     auto cps = vb::DecodeUtf8(t->get_ref<const std::string&>());
-    if (!cps) return Fail(ErrorCode::kBadText, path + ".text: " + cps.error());
+    if (!cps) return Fail(ErrorCode::kBadText, path + ".text: " + cps.error().message);
     a.type = T::kType;
     a.text = std::move(*cps);
   } else if (type == "wait") {

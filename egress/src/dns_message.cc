@@ -27,6 +27,17 @@ constexpr uint16_t kRcodeMask = 0xF;
 constexpr size_t kOptRecordSize = 11;       // root name, type, class, ttl, rdlength
 constexpr size_t kAddressRecordFixed = 12;  // pointer, type, class, ttl, rdlength
 
+std::unexpected<Error> Malformed(std::string message) {
+  return std::unexpected(Error{ErrorCode::kMalformed, std::move(message)});
+}
+std::unexpected<Error> Truncated(std::string message) {
+  return std::unexpected(Error{ErrorCode::kTruncated, std::move(message)});
+}
+// `e` with `where` before its message ("question: label runs past the message").
+std::unexpected<Error> In(std::string_view where, Error e) {
+  return std::unexpected(Error{e.code, std::string(where) + e.message});
+}
+
 uint16_t Get16(std::span<const uint8_t> m, size_t at) {
   return static_cast<uint16_t>(m[at] << 8 | m[at + 1]);
 }
@@ -51,37 +62,35 @@ char Lower(uint8_t c) {
 // if there is one). Every pointer must point before the start of the stretch of labels it ends,
 // so each jump goes strictly backwards and no loop is possible; labels are lowercased, and a '.'
 // inside a label is refused so that the text form names exactly one wire name.
-std::expected<std::string, std::string> ReadName(std::span<const uint8_t> m, size_t& pos) {
+std::expected<std::string, Error> ReadName(std::span<const uint8_t> m, size_t& pos) {
   std::string name;
   size_t cursor = pos, segment_start = pos, wire_length = 1;
   int jumps = 0;
   std::optional<size_t> after_pointer;
   for (;;) {
-    if (cursor >= m.size()) return std::unexpected("name runs past the message");
+    if (cursor >= m.size()) return Truncated("name runs past the message");
     uint8_t length = m[cursor];
     if ((length & 0xC0) == 0xC0) {
-      if (cursor + 1 >= m.size())
-        return std::unexpected("compression pointer runs past the message");
+      if (cursor + 1 >= m.size()) return Truncated("compression pointer runs past the message");
       size_t target = Get16(m, cursor) & 0x3FFF;
-      if (target >= segment_start)
-        return std::unexpected("compression pointer does not point backwards");
-      if (target < kHeaderSize) return std::unexpected("compression pointer into the header");
-      if (++jumps > kMaxPointerJumps) return std::unexpected("too many compression pointers");
+      if (target >= segment_start) return Malformed("compression pointer does not point backwards");
+      if (target < kHeaderSize) return Malformed("compression pointer into the header");
+      if (++jumps > kMaxPointerJumps) return Malformed("too many compression pointers");
       if (!after_pointer) after_pointer = cursor + 2;
       cursor = segment_start = target;
       continue;
     }
-    if (length & 0xC0) return std::unexpected("unknown label type");
+    if (length & 0xC0) return Malformed("unknown label type");
     if (length == 0) {
       pos = after_pointer.value_or(cursor + 1);
       return name;
     }
     wire_length += length + 1;
-    if (wire_length > kMaxNameWire) return std::unexpected("name longer than 255 bytes");
-    if (cursor + 1 + length > m.size()) return std::unexpected("label runs past the message");
+    if (wire_length > kMaxNameWire) return Malformed("name longer than 255 bytes");
+    if (cursor + 1 + length > m.size()) return Truncated("label runs past the message");
     if (!name.empty()) name += '.';
     for (size_t i = cursor + 1; i <= cursor + length; ++i) {
-      if (m[i] == '.') return std::unexpected("label contains a dot");
+      if (m[i] == '.') return Malformed("label contains a dot");
       name += Lower(m[i]);
     }
     cursor += 1 + length;
@@ -146,10 +155,10 @@ struct RecordView {
   uint16_t rdlength;
 };
 
-std::expected<RecordView, std::string> ReadRecord(std::span<const uint8_t> m, size_t& pos) {
+std::expected<RecordView, Error> ReadRecord(std::span<const uint8_t> m, size_t& pos) {
   auto owner = ReadName(m, pos);
-  if (!owner) return std::unexpected(owner.error());
-  if (m.size() - pos < 10) return std::unexpected("record header runs past the message");
+  if (!owner) return std::unexpected(std::move(owner.error()));
+  if (m.size() - pos < 10) return Truncated("record header runs past the message");
   RecordView r{.owner = std::move(*owner),
                .type = Get16(m, pos),
                .rclass = Get16(m, pos + 2),
@@ -157,31 +166,29 @@ std::expected<RecordView, std::string> ReadRecord(std::span<const uint8_t> m, si
                .rdata = pos + 10,
                .rdlength = Get16(m, pos + 8)};
   pos += 10;
-  if (m.size() - pos < r.rdlength) return std::unexpected("record data runs past the message");
+  if (m.size() - pos < r.rdlength) return Truncated("record data runs past the message");
   pos += r.rdlength;
   return r;
 }
 
 }  // namespace
 
-std::expected<uint16_t, std::string> HeaderId(std::span<const uint8_t> message) {
-  if (message.size() < kHeaderSize) return std::unexpected("message shorter than a DNS header");
+std::expected<uint16_t, Error> HeaderId(std::span<const uint8_t> message) {
+  if (message.size() < kHeaderSize) return Truncated("message shorter than a DNS header");
   // Answering a response could start an endless exchange with another responder.
-  if (Get16(message, 2) & kFlagQr) return std::unexpected("message is a response");
+  if (Get16(message, 2) & kFlagQr) return Malformed("message is a response");
   return Get16(message, 0);
 }
 
-std::expected<Query, std::string> ParseQuery(std::span<const uint8_t> message) {
-  if (message.size() > kMaxUdpMessage) return std::unexpected("message longer than 4096 bytes");
-  if (message.size() < kHeaderSize) return std::unexpected("message shorter than a DNS header");
+std::expected<Query, Error> ParseQuery(std::span<const uint8_t> message) {
+  if (message.size() > kMaxUdpMessage) return Malformed("message longer than 4096 bytes");
+  if (message.size() < kHeaderSize) return Truncated("message shorter than a DNS header");
   Header h = ReadHeader(message);
-  if (h.flags & kFlagQr) return std::unexpected("message is a response");
-  if (h.opcode() != 0)
-    return std::unexpected("opcode " + std::to_string(h.opcode()) + " is not QUERY");
-  if (h.qdcount != 1) return std::unexpected(std::to_string(h.qdcount) + " questions");
-  if (h.ancount != 0 || h.nscount != 0)
-    return std::unexpected("query with answer or authority records");
-  if (h.arcount > 1) return std::unexpected("more than one additional record");
+  if (h.flags & kFlagQr) return Malformed("message is a response");
+  if (h.opcode() != 0) return Malformed("opcode " + std::to_string(h.opcode()) + " is not QUERY");
+  if (h.qdcount != 1) return Malformed(std::to_string(h.qdcount) + " questions");
+  if (h.ancount != 0 || h.nscount != 0) return Malformed("query with answer or authority records");
+  if (h.arcount > 1) return Malformed("more than one additional record");
 
   Query q;
   q.id = h.id;
@@ -189,30 +196,30 @@ std::expected<Query, std::string> ParseQuery(std::span<const uint8_t> message) {
   q.checking_disabled = h.flags & kFlagCd;
   size_t pos = kHeaderSize;
   auto name = ReadName(message, pos);
-  if (!name) return std::unexpected("question: " + name.error());
+  if (!name) return In("question: ", std::move(name.error()));
   q.name = std::move(*name);
-  if (message.size() - pos < 4) return std::unexpected("question runs past the message");
+  if (message.size() - pos < 4) return Truncated("question runs past the message");
   q.qtype = Get16(message, pos);
   q.qclass = Get16(message, pos + 2);
   pos += 4;
 
   if (h.arcount == 1) {
     auto opt = ReadRecord(message, pos);
-    if (!opt) return std::unexpected("additional record: " + opt.error());
-    if (opt->type != kTypeOpt) return std::unexpected("additional record is not OPT");
-    if (!opt->owner.empty()) return std::unexpected("OPT record not owned by the root");
+    if (!opt) return In("additional record: ", std::move(opt.error()));
+    if (opt->type != kTypeOpt) return Malformed("additional record is not OPT");
+    if (!opt->owner.empty()) return Malformed("OPT record not owned by the root");
     uint8_t version = (opt->ttl >> 16) & 0xFF;
-    if (version != 0) return std::unexpected("EDNS version " + std::to_string(version));
+    if (version != 0) return Malformed("EDNS version " + std::to_string(version));
     // Options are not used, but they must tile the record data exactly.
     for (size_t at = opt->rdata, end = opt->rdata + opt->rdlength; at < end;) {
       if (end - at < 4 || end - at - 4 < Get16(message, at + 2))
-        return std::unexpected("EDNS option runs past its record");
+        return Malformed("EDNS option runs past its record");
       at += 4 + Get16(message, at + 2);
     }
     q.edns = true;
     q.edns_udp_size = std::max<uint16_t>(opt->rclass, kMinUdpSize);
   }
-  if (pos != message.size()) return std::unexpected("trailing bytes after the last record");
+  if (pos != message.size()) return Malformed("trailing bytes after the last record");
   return q;
 }
 
@@ -277,31 +284,31 @@ std::vector<uint8_t> BuildQuery(uint16_t id, std::string_view name, uint16_t qty
   return out;
 }
 
-std::expected<Response, std::string> ParseResponse(std::span<const uint8_t> message, uint16_t id,
-                                                   std::string_view name, uint16_t qtype) {
-  if (message.size() > kMaxMessage) return std::unexpected("message longer than 65535 bytes");
-  if (message.size() < kHeaderSize) return std::unexpected("message shorter than a DNS header");
+std::expected<Response, Error> ParseResponse(std::span<const uint8_t> message, uint16_t id,
+                                             std::string_view name, uint16_t qtype) {
+  if (message.size() > kMaxMessage) return Malformed("message longer than 65535 bytes");
+  if (message.size() < kHeaderSize) return Truncated("message shorter than a DNS header");
   Header h = ReadHeader(message);
-  if (!(h.flags & kFlagQr)) return std::unexpected("message is not a response");
-  if (h.id != id) return std::unexpected("response id does not match the query");
-  if (h.opcode() != 0) return std::unexpected("response opcode is not QUERY");
-  if (h.qdcount != 1) return std::unexpected("response does not echo exactly one question");
+  if (!(h.flags & kFlagQr)) return Malformed("message is not a response");
+  if (h.id != id) return Malformed("response id does not match the query");
+  if (h.opcode() != 0) return Malformed("response opcode is not QUERY");
+  if (h.qdcount != 1) return Malformed("response does not echo exactly one question");
 
   std::string wanted = Lowercase(name);
   if (wanted.ends_with('.')) wanted.pop_back();
   size_t pos = kHeaderSize;
   auto qname = ReadName(message, pos);
-  if (!qname) return std::unexpected("question: " + qname.error());
-  if (message.size() - pos < 4) return std::unexpected("question runs past the message");
+  if (!qname) return In("question: ", std::move(qname.error()));
+  if (message.size() - pos < 4) return Truncated("question runs past the message");
   if (*qname != wanted || Get16(message, pos) != qtype || Get16(message, pos + 2) != kClassIn)
-    return std::unexpected("response question does not match the query");
+    return Malformed("response question does not match the query");
   pos += 4;
 
   std::vector<RecordView> answers;
   answers.reserve(std::min<size_t>(h.ancount, message.size() / 11));
   for (uint16_t i = 0; i < h.ancount; ++i) {
     auto r = ReadRecord(message, pos);
-    if (!r) return std::unexpected("answer: " + r.error());
+    if (!r) return In("answer: ", std::move(r.error()));
     if (r->rclass == kClassIn) answers.push_back(std::move(*r));
   }
 
@@ -314,19 +321,18 @@ std::expected<Response, std::string> ParseResponse(std::span<const uint8_t> mess
     const RecordView* cname = nullptr;
     for (const RecordView& r : answers) {
       if (r.type != kTypeCname || r.owner != current) continue;
-      if (cname) return std::unexpected("two CNAMEs for " + current);
+      if (cname) return Malformed("two CNAMEs for " + current);
       cname = &r;
     }
     if (!cname) break;
     size_t at = cname->rdata;
     auto target = ReadName(message, at);
-    if (!target) return std::unexpected("CNAME: " + target.error());
-    if (at != cname->rdata + cname->rdlength) return std::unexpected("CNAME data is not one name");
+    if (!target) return In("CNAME: ", std::move(target.error()));
+    if (at != cname->rdata + cname->rdlength) return Malformed("CNAME data is not one name");
     if (*target == wanted ||
         std::find(response.cnames.begin(), response.cnames.end(), *target) != response.cnames.end())
-      return std::unexpected("CNAME loop at " + *target);
-    if (response.cnames.size() == kMaxCnameHops)
-      return std::unexpected("CNAME chain longer than 8");
+      return Malformed("CNAME loop at " + *target);
+    if (response.cnames.size() == kMaxCnameHops) return Malformed("CNAME chain longer than 8");
     response.cnames.push_back(*target);
     current = std::move(*target);
   }
@@ -335,7 +341,7 @@ std::expected<Response, std::string> ParseResponse(std::span<const uint8_t> mess
   const size_t size = qtype == kTypeA ? 4 : 16;
   for (const RecordView& r : answers) {
     if (r.type != qtype || r.owner != current) continue;
-    if (r.rdlength != size) return std::unexpected(TypeName(qtype) + " record of wrong length");
+    if (r.rdlength != size) return Malformed(TypeName(qtype) + " record of wrong length");
     auto data = message.subspan(r.rdata, size);
     Record record;
     record.ttl = r.ttl;

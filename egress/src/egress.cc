@@ -33,12 +33,13 @@ constexpr char kLog[] = "egress";
 constexpr int kSoOriginalDst = 80;
 constexpr size_t kMaxCandidates = 8;  // addresses of one name tried per connection
 
-std::expected<ip::tcp::endpoint, std::string> OriginalDestination(ip::tcp::socket& s, bool v6) {
+std::expected<ip::tcp::endpoint, Error> OriginalDestination(ip::tcp::socket& s, bool v6) {
   if (v6) {
     sockaddr_in6 a{};
     socklen_t len = sizeof a;
     if (::getsockopt(s.native_handle(), SOL_IPV6, kSoOriginalDst, &a, &len) != 0)
-      return std::unexpected(fmt::format("original destination: {}", std::strerror(errno)));
+      return std::unexpected(
+          Error{ErrorCode::kIo, fmt::format("original destination: {}", std::strerror(errno))});
     ip::address_v6::bytes_type b;
     std::memcpy(b.data(), &a.sin6_addr, 16);
     return ip::tcp::endpoint(ip::address_v6(b), ntohs(a.sin6_port));
@@ -46,7 +47,8 @@ std::expected<ip::tcp::endpoint, std::string> OriginalDestination(ip::tcp::socke
   sockaddr_in a{};
   socklen_t len = sizeof a;
   if (::getsockopt(s.native_handle(), SOL_IP, kSoOriginalDst, &a, &len) != 0)
-    return std::unexpected(fmt::format("original destination: {}", std::strerror(errno)));
+    return std::unexpected(
+        Error{ErrorCode::kIo, fmt::format("original destination: {}", std::strerror(errno))});
   return ip::tcp::endpoint(ip::address_v4(ntohl(a.sin_addr.s_addr)), ntohs(a.sin_port));
 }
 
@@ -293,7 +295,7 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
 
   auto dst = OriginalDestination(guest, v6);
   if (!dst) {
-    deny("", dst.error());
+    deny("", dst.error().message);
     co_return;
   }
   d.set_address(dst->address().to_string());
@@ -383,7 +385,8 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
       }
       auto r = co_await Resolve(name, qtype);
       if (!*alive || sb->detached) co_return;
-      if (!r) resolve_error = r.error();
+      if (!r)
+        resolve_error = r.error().message;
       else
         for (const auto& rec : r->records) resolved.push_back(rec.address);
     }
@@ -426,7 +429,7 @@ awaitable<void> Egress::Proxy(std::shared_ptr<Sandbox> sb, ip::tcp::socket guest
     auto fd = co_await TakeUplink(a.is_v6(), false);
     if (!*alive || sb->detached) co_return;
     if (!fd) {
-      dial_error = fd.error();
+      dial_error = fd.error().message;
       break;
     }
     ip::tcp::socket s(executor_, a.is_v6() ? ip::tcp::v6() : ip::tcp::v4(), fd->release());

@@ -27,9 +27,20 @@ using internal::RandomId;
 namespace {
 constexpr size_t kCacheEntries = 4096;
 constexpr size_t kUplinkBatch = 8;
+
+Error Stopping() {
+  return {ErrorCode::kStopping, "stopping"};
+}
+
+// A failed socket operation with the resolver: kRefused when its port is closed (the ICMP
+// port unreachable a connected UDP socket reports), else kIo.
+Error SocketError(const boost::system::error_code& ec, std::string message) {
+  return {ec == asio::error::connection_refused ? ErrorCode::kRefused : ErrorCode::kIo,
+          std::move(message)};
+}
 }  // namespace
 
-awaitable<std::expected<UniqueFd, std::string>> Egress::TakeUplink(bool ipv6, bool udp) {
+awaitable<std::expected<UniqueFd, Error>> Egress::TakeUplink(bool ipv6, bool udp) {
   auto key = std::make_pair(ipv6, udp);
   auto alive = alive_;
   auto& pool = uplink_pool_[key];
@@ -54,64 +65,73 @@ awaitable<std::expected<UniqueFd, std::string>> Egress::TakeUplink(bool ipv6, bo
   }
   // Empty: this connection asks for its own one socket.
   auto fds = co_await uplink_.Open(ipv6, udp, 1);
-  if (!*alive) co_return std::unexpected("stopping");
-  if (!fds) co_return std::unexpected(fds.error());
-  if (fds->empty()) co_return std::unexpected("no uplink socket");
+  if (!*alive) co_return std::unexpected(Stopping());
+  if (!fds) co_return std::unexpected(std::move(fds.error()));
+  if (fds->empty()) co_return std::unexpected(Error{ErrorCode::kIo, "no uplink socket"});
   co_return std::move(fds->front());
 }
 
-awaitable<std::expected<dns::Response, std::string>> Egress::QueryUpstream(const std::string& name, uint16_t qtype,
-                                                                           const ip::udp::endpoint& server) {
+awaitable<std::expected<dns::Response, Error>> Egress::QueryUpstream(
+    const std::string& name, uint16_t qtype, const ip::udp::endpoint& server) {
   auto fd = co_await TakeUplink(server.address().is_v6(), true);
-  if (!fd) co_return std::unexpected(fd.error());
+  if (!fd) co_return std::unexpected(std::move(fd.error()));
   ip::udp::socket sock(executor_, server.address().is_v6() ? ip::udp::v6() : ip::udp::v4(), fd->release());
   uint16_t id = RandomId();
   auto query = dns::BuildQuery(id, name, qtype);
   boost::system::error_code ec;
   sock.connect(server, ec);  // a fresh socket per query: a fresh random source port
-  if (ec) co_return std::unexpected(fmt::format("resolver {}: {}", server.address().to_string(), ec.message()));
+  if (ec)
+    co_return std::unexpected(SocketError(
+        ec, fmt::format("resolver {}: {}", server.address().to_string(), ec.message())));
   // The deadline races each operation (awaitable ||): no completion handler outlives this frame.
   asio::steady_timer timer(executor_);
   timer.expires_after(options_.dns_timeout);
   auto alive = alive_;
   const std::string where = fmt::format("resolver {}", server.address().to_string());
   auto sent = co_await (sock.async_send(asio::buffer(query), kTuple) || timer.async_wait(kTuple));
-  if (!*alive) co_return std::unexpected("stopping");
-  if (sent.index() == 1) co_return std::unexpected(where + " did not take the query in time");
-  if (auto [se, n] = std::get<0>(sent); se) co_return std::unexpected(fmt::format("{}: {}", where, se.message()));
+  if (!*alive) co_return std::unexpected(Stopping());
+  if (sent.index() == 1)
+    co_return std::unexpected(
+        Error{ErrorCode::kTimeout, where + " did not take the query in time"});
+  if (auto [se, n] = std::get<0>(sent); se)
+    co_return std::unexpected(SocketError(se, fmt::format("{}: {}", where, se.message())));
   std::vector<uint8_t> buf(dns::kMaxUdpMessage);
   for (;;) {
     auto got = co_await (sock.async_receive(asio::buffer(buf), kTuple) || timer.async_wait(kTuple));
-    if (!*alive) co_return std::unexpected("stopping");
+    if (!*alive) co_return std::unexpected(Stopping());
     if (got.index() == 1)
-      co_return std::unexpected(fmt::format("{} did not answer in {} ms", where, options_.dns_timeout.count()));
+      co_return std::unexpected(
+          Error{ErrorCode::kTimeout,
+                fmt::format("{} did not answer in {} ms", where, options_.dns_timeout.count())});
     auto [re, n] = std::get<0>(got);
-    if (re) co_return std::unexpected(fmt::format("{}: {}", where, re.message()));
+    if (re) co_return std::unexpected(SocketError(re, fmt::format("{}: {}", where, re.message())));
     auto r = dns::ParseResponse(std::span(buf.data(), n), id, name, qtype);
     if (r) co_return r;
     // Not the answer to this query (wrong id or question): keep waiting for the real one.
   }
 }
 
-awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string name, uint16_t qtype) {
+awaitable<std::expected<dns::Response, Error>> Egress::Resolve(std::string name, uint16_t qtype) {
   auto key = std::make_pair(name, qtype);
   auto now = Clock::now();
   if (auto it = cache_.find(key); it != cache_.end()) {
     if (it->second.expires > now) co_return it->second.response;
     cache_.erase(it);
   }
-  if (options_.resolvers.empty()) co_return std::unexpected("no upstream resolver configured");
-  std::string last;
+  if (options_.resolvers.empty())
+    co_return std::unexpected(Error{ErrorCode::kUpstream, "no upstream resolver configured"});
+  Error last{ErrorCode::kUpstream, ""};
   auto alive = alive_;
   for (const auto& server : options_.resolvers) {
     auto r = co_await QueryUpstream(name, qtype, server);
-    if (!*alive) co_return std::unexpected("stopping");
+    if (!*alive) co_return std::unexpected(Stopping());
     if (!r) {
-      last = r.error();
+      last = std::move(r.error());
       continue;
     }
     if (r->rcode != dns::kNoError && r->rcode != dns::kNxDomain) {
-      last = fmt::format("resolver {} answered rcode {}", server.address().to_string(), r->rcode);
+      last = {r->rcode == dns::kRefused ? ErrorCode::kRefused : ErrorCode::kUpstream,
+              fmt::format("resolver {} answered rcode {}", server.address().to_string(), r->rcode)};
       continue;
     }
     uint32_t ttl = 300;
@@ -124,7 +144,7 @@ awaitable<std::expected<dns::Response, std::string>> Egress::Resolve(std::string
     co_return r;
   }
   ++counters_.dns_upstream_failures;
-  co_return std::unexpected(last);
+  co_return std::unexpected(std::move(last));
 }
 
 bool Egress::UplinkIsThisNetns(int uplink_fd) {
@@ -217,7 +237,7 @@ awaitable<void> Egress::AnswerQuery(std::shared_ptr<Sandbox> sb, bool v6, std::v
     if (!id) co_return;  // not even a header: nothing to answer
     answer = dns::BuildHeaderOnly(*id, dns::kFormErr);
     d.set_allowed(false);
-    d.set_reason(fmt::format("malformed query: {}", q.error()));
+    d.set_reason(fmt::format("malformed query: {}", q.error().message));
     ++counters_.dns_denied;
   } else {
     d.set_name(q->name);
@@ -248,7 +268,7 @@ awaitable<void> Egress::AnswerQuery(std::shared_ptr<Sandbox> sb, bool v6, std::v
       } else if (!r) {
         answer = dns::BuildAnswer(*q, dns::kServFail, {});
         d.set_allowed(true);
-        d.set_reason(fmt::format("upstream: {}", r.error()));
+        d.set_reason(fmt::format("upstream: {}", r.error().message));
       } else {
         std::vector<dns::Record> kept;
         std::string removed;

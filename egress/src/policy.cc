@@ -30,6 +30,10 @@ bool PrefixEqual(const std::array<uint8_t, 16>& x, const std::array<uint8_t, 16>
   return true;
 }
 
+std::unexpected<Error> BadPolicy(std::string message) {
+  return std::unexpected(Error{ErrorCode::kBadPolicy, std::move(message)});
+}
+
 std::optional<uint16_t> ParsePort(std::string_view s) {
   unsigned v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -37,7 +41,7 @@ std::optional<uint16_t> ParsePort(std::string_view s) {
   return static_cast<uint16_t>(v);
 }
 
-std::expected<std::vector<PortRange>, std::string> ParsePorts(std::string_view s) {
+std::expected<std::vector<PortRange>, Error> ParsePorts(std::string_view s) {
   std::vector<PortRange> out;
   while (true) {
     size_t comma = s.find(',');
@@ -46,9 +50,9 @@ std::expected<std::vector<PortRange>, std::string> ParsePorts(std::string_view s
     auto first = ParsePort(item.substr(0, dash));
     auto last = dash == std::string_view::npos ? first : ParsePort(item.substr(dash + 1));
     if (!first || !last || *last < *first)
-      return std::unexpected(fmt::format("'{}' is not a port or port range (1-65535)", item));
+      return BadPolicy(fmt::format("'{}' is not a port or port range (1-65535)", item));
     out.push_back({*first, *last});
-    if (out.size() > 64) return std::unexpected("at most 64 port ranges in a rule");
+    if (out.size() > 64) return BadPolicy("at most 64 port ranges in a rule");
     if (comma == std::string_view::npos) break;
     s.remove_prefix(comma + 1);
   }
@@ -95,19 +99,20 @@ bool Cidr::Contains(const ip::address& a) const {
 
 std::string Cidr::ToString() const { return fmt::format("{}/{}", base.to_string(), prefix); }
 
-std::expected<Cidr, std::string> ParseCidr(std::string_view text) {
-  if (text.find('\0') != std::string_view::npos) return std::unexpected("an address has no NUL bytes");
+std::expected<Cidr, Error> ParseCidr(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos) return BadPolicy("an address has no NUL bytes");
   size_t slash = text.find('/');
   std::string addr(text.substr(0, slash));
   boost::system::error_code ec;
   ip::address a = ip::make_address(addr, ec);
-  if (ec || addr.find('%') != std::string::npos) return std::unexpected(fmt::format("'{}' is not an IP address", addr));
+  if (ec || addr.find('%') != std::string::npos)
+    return BadPolicy(fmt::format("'{}' is not an IP address", addr));
   unsigned max = a.is_v4() ? 32 : 128, prefix = max;
   if (slash != std::string_view::npos) {
     std::string_view p = text.substr(slash + 1);
     auto [end, e] = std::from_chars(p.data(), p.data() + p.size(), prefix);
     if (p.empty() || e != std::errc() || end != p.data() + p.size() || prefix > max)
-      return std::unexpected(fmt::format("'{}' is not a prefix length (0-{})", p, max));
+      return BadPolicy(fmt::format("'{}' is not a prefix length (0-{})", p, max));
   }
   Cidr c{a, prefix};
   // Host bits must be zero: "10.1.2.3/8" is more likely a mistake than a wish.
@@ -116,7 +121,7 @@ std::expected<Cidr, std::string> ParseCidr(std::string_view text) {
   for (unsigned i = 0; i < 128; ++i) {
     if (i < bits) continue;
     if (bytes[i / 8] & (0x80 >> (i % 8)))
-      return std::unexpected(fmt::format("'{}' has host bits set beyond /{}", text, prefix));
+      return BadPolicy(fmt::format("'{}' has host bits set beyond /{}", text, prefix));
   }
   return c;
 }
@@ -136,37 +141,38 @@ bool Rule::MatchesPort(uint16_t port) const {
   return std::any_of(ports.begin(), ports.end(), [port](const PortRange& r) { return port >= r.first && port <= r.last; });
 }
 
-std::expected<Rule, std::string> ParseRule(std::string_view text) {
-  if (text.empty() || text.size() > 300) return std::unexpected("a rule is 1 to 300 characters");
+std::expected<Rule, Error> ParseRule(std::string_view text) {
+  if (text.empty() || text.size() > 300) return BadPolicy("a rule is 1 to 300 characters");
   Rule r;
   std::string_view target = text, ports;
   if (text.front() == '[') {  // [v6 or v6/len]:ports
     size_t close = text.find(']');
-    if (close == std::string_view::npos) return std::unexpected("'[' without ']'");
+    if (close == std::string_view::npos) return BadPolicy("'[' without ']'");
     target = text.substr(1, close - 1);
-    if (target.find(':') == std::string_view::npos) return std::unexpected("brackets are for IPv6 addresses only");
+    if (target.find(':') == std::string_view::npos)
+      return BadPolicy("brackets are for IPv6 addresses only");
     std::string_view rest = text.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') return std::unexpected("after ']' only ':ports' may follow");
+      if (rest.front() != ':') return BadPolicy("after ']' only ':ports' may follow");
       ports = rest.substr(1);
-      if (ports.empty()) return std::unexpected("':' without ports");
+      if (ports.empty()) return BadPolicy("':' without ports");
     }
   } else if (std::count(text.begin(), text.end(), ':') == 1) {  // name:ports or v4:ports
     size_t colon = text.find(':');
     target = text.substr(0, colon);
     ports = text.substr(colon + 1);
-    if (ports.empty()) return std::unexpected("':' without ports");
+    if (ports.empty()) return BadPolicy("':' without ports");
   }
   if (!ports.empty()) {
     auto p = ParsePorts(ports);
-    if (!p) return std::unexpected(p.error());
+    if (!p) return std::unexpected(std::move(p.error()));
     r.ports = std::move(*p);
   }
   bool looks_address = target.find(':') != std::string_view::npos || target.find('/') != std::string_view::npos ||
                        (!target.empty() && target.find_first_not_of("0123456789.") == std::string_view::npos);
   if (looks_address) {
     auto c = ParseCidr(target);
-    if (!c) return std::unexpected(c.error());
+    if (!c) return std::unexpected(std::move(c.error()));
     r.kind = Rule::Kind::kCidr;
     r.cidr = *c;
     std::string base = c->ToString();
@@ -180,38 +186,42 @@ std::expected<Rule, std::string> ParseRule(std::string_view text) {
     name.remove_prefix(2);
   }
   if (name.find('*') != std::string_view::npos)
-    return std::unexpected("'*' is allowed only as the first label (\"*.example.com\")");
+    return BadPolicy("'*' is allowed only as the first label (\"*.example.com\")");
   auto n = NormalizeName(name);
-  if (!n || n->empty() || IsAddressLiteral(*n)) return std::unexpected(fmt::format("'{}' is not a domain name", name));
+  if (!n || n->empty() || IsAddressLiteral(*n))
+    return BadPolicy(fmt::format("'{}' is not a domain name", name));
   if (r.kind == Rule::Kind::kWildcard && n->find('.') == std::string::npos)
-    return std::unexpected(fmt::format("'*.{}' would match a whole top-level domain", *n));
+    return BadPolicy(fmt::format("'*.{}' would match a whole top-level domain", *n));
   r.domain = *n;
   std::string base = r.kind == Rule::Kind::kWildcard ? "*." + *n : *n;
   r.text = r.ports.empty() ? base : fmt::format("{}:{}", base, PortsText(r.ports));
   return r;
 }
 
-std::expected<Policy, std::string> ParsePolicy(const json& j, DefaultAction fallback) {
-  if (!j.is_object()) return std::unexpected("egress must be an object");
+std::expected<Policy, Error> ParsePolicy(const json& j, DefaultAction fallback) {
+  if (!j.is_object()) return BadPolicy("egress must be an object");
   Policy p;
   p.default_action = fallback;
   for (const auto& [key, value] : j.items()) {
     if (key == "default") {
       if (value == "deny") p.default_action = DefaultAction::kDeny;
       else if (value == "allow") p.default_action = DefaultAction::kAllow;
-      else return std::unexpected("egress.default must be \"deny\" or \"allow\"");
+      else return BadPolicy("egress.default must be \"deny\" or \"allow\"");
     } else if (key == "allow" || key == "deny") {
-      if (!value.is_array()) return std::unexpected(fmt::format("egress.{} must be an array of rules", key));
-      if (value.size() > kMaxRules) return std::unexpected(fmt::format("egress.{} has more than {} rules", key, kMaxRules));
+      if (!value.is_array())
+        return BadPolicy(fmt::format("egress.{} must be an array of rules", key));
+      if (value.size() > kMaxRules)
+        return BadPolicy(fmt::format("egress.{} has more than {} rules", key, kMaxRules));
       auto& list = key == "allow" ? p.allow : p.deny;
       for (size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].is_string()) return std::unexpected(fmt::format("egress.{}[{}] must be a string", key, i));
+        if (!value[i].is_string())
+          return BadPolicy(fmt::format("egress.{}[{}] must be a string", key, i));
         auto r = ParseRule(value[i].get<std::string>());
-        if (!r) return std::unexpected(fmt::format("egress.{}[{}]: {}", key, i, r.error()));
+        if (!r) return BadPolicy(fmt::format("egress.{}[{}]: {}", key, i, r.error().message));
         list.push_back(std::move(*r));
       }
     } else {
-      return std::unexpected(fmt::format("egress.{} is not a known field (default, allow, deny)", key));
+      return BadPolicy(fmt::format("egress.{} is not a known field (default, allow, deny)", key));
     }
   }
   return p;

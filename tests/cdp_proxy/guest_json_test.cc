@@ -14,7 +14,7 @@ TEST(GuestJsonTest, VersionIsRewrittenToDeskbox) {
       "V8-Version":"15","WebKit-Version":"537","Evil":"x",
       "webSocketDebuggerUrl":"ws://10.88.0.2:9222/devtools/browser/41c9b841-d7e4-4d03-b4f7-6039eb2bedc9"})",
                            kQueryUrls);
-  ASSERT_TRUE(v) << v.error();
+  ASSERT_TRUE(v) << v.error().message;
   EXPECT_EQ(v->browser_id, "41c9b841-d7e4-4d03-b4f7-6039eb2bedc9");
   EXPECT_EQ(v->body["webSocketDebuggerUrl"],
             "ws://127.0.0.1:8080/v1/sandboxes/sb-1/cdp/devtools/browser/41c9b841-d7e4-4d03-b4f7-6039eb2bedc9?token=dbt_x");
@@ -31,6 +31,32 @@ TEST(GuestJsonTest, VersionWithoutAValidBrowserIdIsRefused) {
   EXPECT_FALSE(SanitizeVersion(std::string(1000, '[') + std::string(1000, ']'), kUrls));
 }
 
+// Every refusal of the guest's /json content is kBadJson, with the message deskboxd passes on.
+TEST(GuestJsonTest, RefusedContentIsBadJson) {
+  struct Case {
+    std::expected<nlohmann::json, Error> result;
+    std::string message;
+  } cases[] = {
+      {SanitizeTargets("not json", kUrls), "answer is not JSON"},
+      {SanitizeTargets("{}", kUrls), "/json/list is not an array"},
+      {SanitizeTargets(std::string(kMaxGuestJson + 1, ' '), kUrls), "answer over 1048576 bytes"},
+      {SanitizeTargets(std::string(10, '[') + std::string(10, ']'), kUrls),
+       "answer nests too deep"},
+      {SanitizeTarget("[]", kUrls), "a target is not an object"},
+      {SanitizeTarget(R"({"id":"a/b","type":"page"})", kUrls), "a target id is not valid"},
+      {SanitizeTarget(R"({"id":"A","type":"Page!"})", kUrls), "a target type is not valid"},
+  };
+  for (const auto& c : cases) {
+    ASSERT_FALSE(c.result) << c.message;
+    EXPECT_EQ(c.result.error().code, ErrorCode::kBadJson) << c.message;
+    EXPECT_EQ(c.result.error().message, c.message);
+  }
+  auto v = SanitizeVersion(R"({"webSocketDebuggerUrl":5})", kUrls);
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code, ErrorCode::kBadJson);
+  EXPECT_EQ(v.error().message, "/json/version has no valid browser id");
+}
+
 TEST(GuestJsonTest, TargetsKeepOnlyValidatedFieldsAndOurUrls) {
   auto t = SanitizeTargets(R"([
     {"id":"F7E04605C95D7A665B33B112ED20DFDF","type":"page","title":"T","url":"about:blank","description":"",
@@ -40,7 +66,7 @@ TEST(GuestJsonTest, TargetsKeepOnlyValidatedFieldsAndOurUrls) {
     {"id":"AAAA","type":"Page!"},
     {"id":"BBBB","type":"service_worker","title":7,"parentId":"F7E04605C95D7A665B33B112ED20DFDF"}])",
                            kQueryUrls);
-  ASSERT_TRUE(t) << t.error();
+  ASSERT_TRUE(t) << t.error().message;
   ASSERT_EQ(t->size(), 2u);  // the bad id and the bad type are dropped
   const auto& p = (*t)[0];
   EXPECT_EQ(p["webSocketDebuggerUrl"],

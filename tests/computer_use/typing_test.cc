@@ -43,7 +43,7 @@ std::string Steps(const std::vector<std::vector<uint32_t>>& combos) {
 
 std::vector<std::vector<uint32_t>> Keys(std::string_view sequence) {
   auto seq = vnc_bridge::ParseKeySequence(sequence);
-  EXPECT_TRUE(seq) << seq.error();
+  EXPECT_TRUE(seq) << seq.error().message;
   return seq ? *seq : std::vector<std::vector<uint32_t>>{};
 }
 
@@ -188,7 +188,7 @@ TEST(EncodeUtf8, RoundTripsThroughDecode) {
   std::u32string text = U"a\né世🙂\t";
   text.push_back(0x10ffff);
   auto back = vnc_bridge::DecodeUtf8(EncodeUtf8(text));
-  ASSERT_TRUE(back) << back.error();
+  ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(*back, text);
 }
 

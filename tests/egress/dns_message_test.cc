@@ -88,7 +88,7 @@ std::vector<uint8_t> V6(std::string_view text) {
 
 TEST(DnsParseQueryTest, DigQueryWithEdns) {
   auto q = ParseQuery(kDigQuery);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->id, 0x4f2a);
   EXPECT_TRUE(q->recursion_desired);
   EXPECT_FALSE(q->checking_disabled);
@@ -101,7 +101,7 @@ TEST(DnsParseQueryTest, DigQueryWithEdns) {
 
 TEST(DnsParseQueryTest, DigQueryWithoutEdnsIsLowercased) {
   auto q = ParseQuery(kDigNoEdnsQuery);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->id, 0xb307);
   EXPECT_TRUE(q->checking_disabled);
   EXPECT_EQ(q->name, "www.example.com");
@@ -113,7 +113,7 @@ TEST(DnsParseQueryTest, DigQueryWithoutEdnsIsLowercased) {
 TEST(DnsParseQueryTest, RootNameSmallEdnsSizeAndOddBytes) {
   auto root = Message().Header(1, 0, 1, 0, 0, 1).Question("", 2).Opt(100).bytes;
   auto q = ParseQuery(root);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->name, "");
   EXPECT_FALSE(q->recursion_desired);
   EXPECT_EQ(q->edns_udp_size, 512);  // sizes below 512 mean 512 (RFC 6891 §6.2.5)
@@ -122,7 +122,7 @@ TEST(DnsParseQueryTest, RootNameSmallEdnsSizeAndOddBytes) {
   auto odd =
       Message().Header(1, 0x0100, 1, 0, 0, 0).Name("A_b-\xC3\x89\x01 x").U16(16).U16(1).bytes;
   q = ParseQuery(odd);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->name, "a_b-\xC3\x89\x01 x");
   EXPECT_EQ(q->qtype, kTypeTxt);
 }
@@ -132,68 +132,78 @@ TEST(DnsParseQueryTest, LongestName) {
   std::string name =
       label + "." + label + "." + label + "." + std::string(61, 'b');  // 255 on the wire
   auto q = ParseQuery(Message().Header(1, 0, 1, 0, 0, 0).Question(name, 1).bytes);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->name, name);
   EXPECT_FALSE(ParseQuery(Message().Header(1, 0, 1, 0, 0, 0).Question(name + "b", 1).bytes));
 }
 
 TEST(DnsParseQueryTest, FormErrors) {
   auto query = [] { return Message().Header(7, 0x0100, 1, 0, 0, 0); };
+  constexpr auto kT = ErrorCode::kTruncated, kM = ErrorCode::kMalformed;
   struct Case {
     std::string_view what;
+    ErrorCode code;
     std::vector<uint8_t> bytes;
   } cases[] = {
-      {"short header", {0, 1, 0, 0, 0, 1, 0, 0}},
-      {"two questions", Message().Header(7, 0, 2, 0, 0, 0).Question("a", 1).Question("b", 1).bytes},
-      {"no question", Message().Header(7, 0, 0, 0, 0, 0).bytes},
-      {"response", Message().Header(7, 0x8000, 1, 0, 0, 0).Question("a", 1).bytes},
-      {"opcode STATUS", Message().Header(7, 2 << 11, 1, 0, 0, 0).Question("a", 1).bytes},
-      {"answer record",
+      {"short header", kT, {0, 1, 0, 0, 0, 1, 0, 0}},
+      {"two questions", kM,
+       Message().Header(7, 0, 2, 0, 0, 0).Question("a", 1).Question("b", 1).bytes},
+      {"no question", kM, Message().Header(7, 0, 0, 0, 0, 0).bytes},
+      {"response", kM, Message().Header(7, 0x8000, 1, 0, 0, 0).Question("a", 1).bytes},
+      {"opcode STATUS", kM, Message().Header(7, 2 << 11, 1, 0, 0, 0).Question("a", 1).bytes},
+      {"answer record", kM,
        Message().Header(7, 0, 1, 1, 0, 0).Question("a", 1).A("a", {1, 2, 3, 4}).bytes},
-      {"authority record",
+      {"authority record", kM,
        Message().Header(7, 0, 1, 0, 1, 0).Question("a", 1).A("a", {1, 2, 3, 4}).bytes},
-      {"two additional",
+      {"two additional", kM,
        Message().Header(7, 0, 1, 0, 0, 2).Question("a", 1).Opt(512).Opt(512).bytes},
-      {"additional not OPT",
+      {"additional not OPT", kM,
        Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).A("", {1, 2, 3, 4}).bytes},
-      {"OPT not at root", Message()
-                              .Header(7, 0, 1, 0, 0, 1)
-                              .Question("a", 1)
-                              .Name("a")
-                              .RecordTail(kTypeOpt, 512, 0, {})
-                              .bytes},
-      {"EDNS version 1",
+      {"OPT not at root", kM,
+       Message()
+           .Header(7, 0, 1, 0, 0, 1)
+           .Question("a", 1)
+           .Name("a")
+           .RecordTail(kTypeOpt, 512, 0, {})
+           .bytes},
+      {"EDNS version 1", kM,
        Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).Opt(512, 0x00010000).bytes},
-      {"EDNS option overruns",
+      {"EDNS option overruns", kM,
        Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).Opt(512, 0, {0, 10, 0, 8, 1, 2}).bytes},
-      {"EDNS half option",
+      {"EDNS half option", kM,
        Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).Opt(512, 0, {0, 10}).bytes},
-      {"OPT data overruns",
+      {"OPT data overruns", kT,
        [] {
          auto m =
              Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).Opt(512, 0, {0, 10, 0, 0}).bytes;
          m.pop_back();
          return m;
        }()},
-      {"missing OPT", Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).bytes},
-      {"truncated name", query().Labels("example").U8(3).U8('c').bytes},
-      {"unterminated name", query().Labels("example.com").bytes},
-      {"missing qclass", query().Name("example.com").U16(1).bytes},
-      {"trailing byte", query().Question("example.com", 1).U8(0).bytes},
-      {"pointer to itself", query().Pointer(12).U16(1).U16(1).bytes},
-      {"forward pointer", query().Pointer(14).Name("a").U16(1).U16(1).bytes},
-      {"pointer into header", query().Pointer(4).U16(1).U16(1).bytes},
-      {"half a pointer", query().U8(0xC0).bytes},
-      {"label type 0x40", query().U8(0x41).U8('a').U8(0).U16(1).U16(1).bytes},
-      {"label type 0x80", query().U8(0x81).U8('a').U8(0).U16(1).U16(1).bytes},
-      {"dot in a label", query().U8(3).U8('a').U8('.').U8('b').U8(0).U16(1).U16(1).bytes},
-      {"longer than 4096 bytes", Message()
-                                     .Header(7, 0, 1, 0, 0, 1)
-                                     .Question("a", 1)
-                                     .Opt(4096, 0, std::vector<uint8_t>(4100, 0))
-                                     .bytes},
+      {"missing OPT", kT, Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1).bytes},
+      {"truncated name", kT, query().Labels("example").U8(3).U8('c').bytes},
+      {"unterminated name", kT, query().Labels("example.com").bytes},
+      {"missing qclass", kT, query().Name("example.com").U16(1).bytes},
+      {"trailing byte", kM, query().Question("example.com", 1).U8(0).bytes},
+      {"pointer to itself", kM, query().Pointer(12).U16(1).U16(1).bytes},
+      {"forward pointer", kM, query().Pointer(14).Name("a").U16(1).U16(1).bytes},
+      {"pointer into header", kM, query().Pointer(4).U16(1).U16(1).bytes},
+      {"half a pointer", kT, query().U8(0xC0).bytes},
+      {"label type 0x40", kM, query().U8(0x41).U8('a').U8(0).U16(1).U16(1).bytes},
+      {"label type 0x80", kM, query().U8(0x81).U8('a').U8(0).U16(1).U16(1).bytes},
+      {"dot in a label", kM, query().U8(3).U8('a').U8('.').U8('b').U8(0).U16(1).U16(1).bytes},
+      {"longer than 4096 bytes", kM,
+       Message()
+           .Header(7, 0, 1, 0, 0, 1)
+           .Question("a", 1)
+           .Opt(4096, 0, std::vector<uint8_t>(4100, 0))
+           .bytes},
   };
-  for (const auto& c : cases) EXPECT_FALSE(ParseQuery(c.bytes)) << c.what;
+  for (const auto& c : cases) {
+    auto q = ParseQuery(c.bytes);
+    ASSERT_FALSE(q) << c.what;
+    EXPECT_EQ(q.error().code, c.code)
+        << c.what << ": " << ToString(q.error().code) << " " << q.error().message;
+  }
 }
 
 TEST(DnsParseQueryTest, PointersMustPointBeforeTheirLabels) {
@@ -202,21 +212,28 @@ TEST(DnsParseQueryTest, PointersMustPointBeforeTheirLabels) {
   auto loop = Message().Header(7, 0, 1, 0, 0, 0).Labels("a").Pointer(12).U16(1).U16(1).bytes;
   auto q = ParseQuery(loop);
   ASSERT_FALSE(q);
-  EXPECT_NE(q.error().find("pointer"), std::string::npos) << q.error();
+  EXPECT_NE(q.error().message.find("pointer"), std::string::npos) << q.error().message;
 
   // A backward pointer is followed: the OPT owner reads as "a", which is not the root.
   auto m = Message().Header(7, 0, 1, 0, 0, 1).Question("a", 1);
   m.Pointer(12).RecordTail(kTypeOpt, 512, 0, {});
   q = ParseQuery(m.bytes);
   ASSERT_FALSE(q);
-  EXPECT_NE(q.error().find("root"), std::string::npos) << q.error();
+  EXPECT_NE(q.error().message.find("root"), std::string::npos) << q.error().message;
 }
 
 TEST(DnsHeaderIdTest, NeedsAQueryHeader) {
   EXPECT_EQ(HeaderId(std::vector<uint8_t>{0xab, 0xcd, 0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0, 0}),
             0xabcd);
-  EXPECT_FALSE(HeaderId(std::vector<uint8_t>{0xab, 0xcd, 0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0}));
-  EXPECT_FALSE(HeaderId(std::vector<uint8_t>{0xab, 0xcd, 0x81, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}));
+  auto short_header =
+      HeaderId(std::vector<uint8_t>{0xab, 0xcd, 0x01, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0});
+  ASSERT_FALSE(short_header);
+  EXPECT_EQ(short_header.error().code, ErrorCode::kTruncated);
+  EXPECT_EQ(short_header.error().message, "message shorter than a DNS header");
+  auto response = HeaderId(std::vector<uint8_t>{0xab, 0xcd, 0x81, 0x00, 0, 1, 0, 0, 0, 0, 0, 0});
+  ASSERT_FALSE(response);
+  EXPECT_EQ(response.error().code, ErrorCode::kMalformed);
+  EXPECT_EQ(response.error().message, "message is a response");
 }
 
 // --- BuildAnswer / BuildHeaderOnly / BuildQuery ---
@@ -247,7 +264,7 @@ TEST(DnsBuildAnswerTest, RoundTripsThroughParseResponse) {
   EXPECT_TRUE(std::equal(std::begin(opt), std::end(opt), answer.end() - 11));
 
   auto parsed = ParseResponse(answer, 0x4f2a, "example.com", kTypeA);
-  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_EQ(parsed->rcode, kNoError);
   EXPECT_FALSE(parsed->truncated);
   ASSERT_EQ(parsed->records.size(), 2u);
@@ -268,7 +285,7 @@ TEST(DnsBuildAnswerTest, RefusalWithoutEdnsCopiesFlags) {
   // The name is echoed lowercased.
   EXPECT_EQ(answer[13], 'w');
   auto parsed = ParseResponse(answer, 0xb307, "WWW.example.com.", kTypeAaaa);
-  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_EQ(parsed->rcode, kRefused);
 }
 
@@ -290,7 +307,7 @@ TEST(DnsBuildAnswerTest, TruncatesToTheSizeLimit) {
   EXPECT_EQ(At16(plain, 6), (512 - question) / 16);
   EXPECT_TRUE(plain[2] & 0x02);
   auto parsed = ParseResponse(plain, 9, "many.example", kTypeA);
-  ASSERT_TRUE(parsed) << parsed.error();
+  ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_TRUE(parsed->truncated);
   EXPECT_EQ(parsed->records.size(), (512 - question) / 16);
 
@@ -343,7 +360,7 @@ TEST(DnsBuildQueryTest, LayoutAndRoundTrip) {
                       .bytes;
   EXPECT_EQ(query, expected);
   auto q = ParseQuery(query);
-  ASSERT_TRUE(q) << q.error();
+  ASSERT_TRUE(q) << q.error().message;
   EXPECT_EQ(q->name, "example.com");
   EXPECT_TRUE(q->recursion_desired);
   EXPECT_EQ(q->edns_udp_size, 1232);
@@ -377,7 +394,7 @@ TEST(DnsParseResponseTest, FollowsCnameChain) {
                .A("example.com", {10, 0, 0, 1})  // beside a CNAME: ignored
                .A("B.cdn.example", {192, 0, 2, 2}, 30);
   auto r = ParseResponse(m.bytes, 0x1111, "example.com", kTypeA);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->cnames, (std::vector<std::string>{"a.example.net", "b.cdn.example"}));
   ASSERT_EQ(r->records.size(), 2u);
   EXPECT_EQ(r->records[0].address, make_address("192.0.2.1"));
@@ -393,7 +410,7 @@ TEST(DnsParseResponseTest, CompressedNamesAndAaaa) {
   m.Pointer(www).RecordTail(kTypeAaaa, kClassIn, 60, V6("2001:db8::7"));
   m.Opt(1232);  // additional records are not read
   auto r = ParseResponse(m.bytes, 0x1111, "example.com", kTypeAaaa);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->cnames, std::vector<std::string>{"www.example.com"});
   ASSERT_EQ(r->records.size(), 1u);
   EXPECT_EQ(r->records[0].address, make_address("2001:db8::7"));
@@ -401,11 +418,11 @@ TEST(DnsParseResponseTest, CompressedNamesAndAaaa) {
 
 TEST(DnsParseResponseTest, RcodeAndTruncationArePassedOn) {
   auto r = ParseResponse(Response(0, kTypeA, 0x8183).bytes, 0x1111, "example.com", kTypeA);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->rcode, kNxDomain);
   EXPECT_FALSE(r->truncated);
   r = ParseResponse(Response(0, kTypeA, 0x8380 | 0x0200).bytes, 0x1111, "example.com", kTypeA);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(r->truncated);
 }
 
@@ -415,7 +432,7 @@ TEST(DnsParseResponseTest, OtherTypesCollectNothing) {
                .Name("example.com")
                .RecordTail(kTypeTxt, kClassIn, 60, {1, 'x'});
   auto r = ParseResponse(m.bytes, 0x1111, "example.com", kTypeTxt);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(r->records.empty());
 }
 
@@ -431,7 +448,7 @@ TEST(DnsParseResponseTest, ChainOfEightIsFollowedNineIsNot) {
     return m.A(owner, {1, 2, 3, 4}).bytes;
   };
   auto r = ParseResponse(chain(8), 0x1111, "example.com", kTypeA);
-  ASSERT_TRUE(r) << r.error();
+  ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->cnames.size(), 8u);
   EXPECT_EQ(r->records.size(), 1u);
   EXPECT_FALSE(ParseResponse(chain(9), 0x1111, "example.com", kTypeA));

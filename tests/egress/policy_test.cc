@@ -18,13 +18,13 @@ address Addr(const char* text) {
 
 Cidr MustCidr(std::string_view text) {
   auto c = ParseCidr(text);
-  EXPECT_TRUE(c) << text << ": " << c.error();
+  EXPECT_TRUE(c) << text << ": " << c.error().message;
   return c.value_or(Cidr{});
 }
 
 Rule MustRule(std::string_view text) {
   auto r = ParseRule(text);
-  EXPECT_TRUE(r) << text << ": " << r.error();
+  EXPECT_TRUE(r) << text << ": " << r.error().message;
   return r.value_or(Rule{});
 }
 
@@ -72,7 +72,7 @@ TEST(ParseCidrTest, HostBitsSetAreRefused) {
                     "::1/127", "128.0.0.0/0"}) {
     auto c = ParseCidr(text);
     ASSERT_FALSE(c) << text;
-    EXPECT_NE(c.error().find("host bits"), std::string::npos) << c.error();
+    EXPECT_NE(c.error().message.find("host bits"), std::string::npos) << c.error().message;
   }
   // The last bit of the prefix may be set.
   EXPECT_TRUE(ParseCidr("10.0.0.1/32"));
@@ -85,10 +85,10 @@ TEST(ParseCidrTest, BadPrefixIsRefused) {
                     "10.0.0.0/8a", "10.0.0.0/ 8", "10.0.0.0/8/8", "10.0.0.0/99999999999"}) {
     auto c = ParseCidr(text);
     ASSERT_FALSE(c) << text;
-    EXPECT_NE(c.error().find("prefix length"), std::string::npos) << c.error();
+    EXPECT_NE(c.error().message.find("prefix length"), std::string::npos) << c.error().message;
   }
-  EXPECT_NE(ParseCidr("10.0.0.0/33").error().find("0-32"), std::string::npos);
-  EXPECT_NE(ParseCidr("::/129").error().find("0-128"), std::string::npos);
+  EXPECT_NE(ParseCidr("10.0.0.0/33").error().message.find("0-32"), std::string::npos);
+  EXPECT_NE(ParseCidr("::/129").error().message.find("0-128"), std::string::npos);
 }
 
 TEST(ParseCidrTest, NotAnAddressIsRefused) {
@@ -97,7 +97,7 @@ TEST(ParseCidrTest, NotAnAddressIsRefused) {
         "2130706433", "::g", "1:2:3:4:5:6:7:8:9", " 10.0.0.1", "10.0.0.1 "}) {
     auto c = ParseCidr(text);
     ASSERT_FALSE(c) << text;
-    EXPECT_NE(c.error().find("not an IP address"), std::string::npos) << c.error();
+    EXPECT_NE(c.error().message.find("not an IP address"), std::string::npos) << c.error().message;
   }
 }
 
@@ -105,7 +105,7 @@ TEST(ParseCidrTest, ZoneIdsAreRefused) {
   for (auto text : {"fe80::1%eth0", "fe80::1%1", "fe80::%eth0/64", "ff02::1%lo", "::1%"}) {
     auto c = ParseCidr(text);
     ASSERT_FALSE(c) << text;
-    EXPECT_NE(c.error().find("not an IP address"), std::string::npos) << c.error();
+    EXPECT_NE(c.error().message.find("not an IP address"), std::string::npos) << c.error().message;
   }
 }
 
@@ -354,7 +354,9 @@ TEST(ParseRuleTest, Refusals) {
   for (const auto& c : cases) {
     auto r = ParseRule(c.text);
     ASSERT_FALSE(r) << "'" << c.text << "' was accepted as '" << r->text << "'";
-    EXPECT_NE(r.error().find(c.says), std::string::npos) << "'" << c.text << "': " << r.error();
+    EXPECT_NE(r.error().message.find(c.says), std::string::npos)
+        << "'" << c.text << "': " << r.error().message;
+    EXPECT_EQ(r.error().code, ErrorCode::kBadPolicy) << "'" << c.text << "'";
   }
 }
 
@@ -362,17 +364,17 @@ TEST(ParseRuleTest, Refusals) {
 
 TEST(ParsePolicyTest, EveryFieldIsOptional) {
   auto deny = ParsePolicy(json::object(), DefaultAction::kDeny);
-  ASSERT_TRUE(deny) << deny.error();
+  ASSERT_TRUE(deny) << deny.error().message;
   EXPECT_EQ(deny->default_action, DefaultAction::kDeny);
   EXPECT_TRUE(deny->allow.empty());
   EXPECT_TRUE(deny->deny.empty());
 
   auto allow = ParsePolicy(json::object(), DefaultAction::kAllow);
-  ASSERT_TRUE(allow) << allow.error();
+  ASSERT_TRUE(allow) << allow.error().message;
   EXPECT_EQ(allow->default_action, DefaultAction::kAllow);
 
   auto given = ParsePolicy({{"default", "deny"}}, DefaultAction::kAllow);
-  ASSERT_TRUE(given) << given.error();
+  ASSERT_TRUE(given) << given.error().message;
   EXPECT_EQ(given->default_action, DefaultAction::kDeny);
 }
 
@@ -381,7 +383,7 @@ TEST(ParsePolicyTest, RulesAreParsedInOrder) {
                         {"allow", {"Example.COM.", "*.example.org:443", "10.0.0.0/8:443,80-90"}},
                         {"deny", {"[2001:db8::/32]:443"}}},
                        DefaultAction::kDeny);
-  ASSERT_TRUE(p) << p.error();
+  ASSERT_TRUE(p) << p.error().message;
   EXPECT_EQ(p->default_action, DefaultAction::kAllow);
   ASSERT_EQ(p->allow.size(), 3u);
   EXPECT_EQ(p->allow[0].text, "example.com");
@@ -414,19 +416,21 @@ TEST(ParsePolicyTest, ErrorsNameTheField) {
   for (const auto& c : cases) {
     auto p = ParsePolicy(json::parse(c.j), DefaultAction::kDeny);
     ASSERT_FALSE(p) << c.j;
-    EXPECT_NE(p.error().find(c.says), std::string::npos) << c.j << ": " << p.error();
+    EXPECT_NE(p.error().message.find(c.says), std::string::npos)
+        << c.j << ": " << p.error().message;
+    EXPECT_EQ(p.error().code, ErrorCode::kBadPolicy) << c.j;
   }
   // The rule's own message follows the field.
   auto p = ParsePolicy({{"allow", {"a.com", "b.com", "*.com"}}}, DefaultAction::kDeny);
   ASSERT_FALSE(p);
-  EXPECT_EQ(p.error(), "egress.allow[2]: '*.com' would match a whole top-level domain");
+  EXPECT_EQ(p.error().message, "egress.allow[2]: '*.com' would match a whole top-level domain");
 }
 
 TEST(ParsePolicyTest, AtMostKMaxRulesPerList) {
   json rules = json::array();
   for (size_t i = 0; i < kMaxRules; ++i) rules.push_back("h" + std::to_string(i) + ".example.com");
   auto full = ParsePolicy({{"allow", rules}, {"deny", rules}}, DefaultAction::kDeny);
-  ASSERT_TRUE(full) << full.error();
+  ASSERT_TRUE(full) << full.error().message;
   EXPECT_EQ(full->allow.size(), kMaxRules);
   EXPECT_EQ(full->deny.size(), kMaxRules);
 
@@ -434,7 +438,7 @@ TEST(ParsePolicyTest, AtMostKMaxRulesPerList) {
   for (const char* list : {"allow", "deny"}) {
     auto p = ParsePolicy({{list, rules}}, DefaultAction::kDeny);
     ASSERT_FALSE(p) << list;
-    EXPECT_EQ(p.error(), std::string("egress.") + list + " has more than 1000 rules");
+    EXPECT_EQ(p.error().message, std::string("egress.") + list + " has more than 1000 rules");
   }
 }
 
@@ -445,7 +449,7 @@ TEST(PolicyJsonTest, RoundTrip) {
                           "[2001:db8::/32]:443", "::1", "[fe80::/10]"}},
                         {"deny", {"evil.example.com", "192.168.0.0/16:22"}}},
                        DefaultAction::kDeny);
-  ASSERT_TRUE(p) << p.error();
+  ASSERT_TRUE(p) << p.error().message;
   json j = PolicyJson(*p);
   EXPECT_EQ(j, json({{"default", "allow"},
                      {"allow",
@@ -454,7 +458,7 @@ TEST(PolicyJsonTest, RoundTrip) {
                      {"deny", {"evil.example.com", "192.168.0.0/16:22"}}}));
   // The canonical form parses back to itself, whatever the fallback.
   auto again = ParsePolicy(j, DefaultAction::kDeny);
-  ASSERT_TRUE(again) << again.error();
+  ASSERT_TRUE(again) << again.error().message;
   EXPECT_EQ(PolicyJson(*again), j);
 
   auto empty = PolicyJson(Policy{});

@@ -32,12 +32,12 @@ std::string DesktopSize(uint8_t screens) {
 std::string Continuous() { return std::string{'\x96', '\x01'} + U16(0) + U16(0) + U16(10) + U16(10); }
 
 // Feeds `in` in pieces of `chunk` bytes; returns what was let through (or the error).
-std::expected<std::string, std::string> Filter(bool control, const std::string& in, size_t chunk) {
+std::expected<std::string, Error> Filter(bool control, const std::string& in, size_t chunk) {
   ClientFilter f(control);
   std::string out;
   for (size_t i = 0; i < in.size(); i += chunk) {
     auto r = f.Feed(Bytes(in.substr(i, chunk)), out);
-    if (!r) return std::unexpected(r.error());
+    if (!r) return std::unexpected(std::move(r.error()));
   }
   return out;
 }
@@ -50,10 +50,10 @@ TEST(ClientFilterTest, ViewOnlyDropsInputAndPassesTheRestAtAnySplit) {
   for (size_t chunk : {1u, 2u, 3u, 7u, 13u, 64u, 4096u}) {
     SCOPED_TRACE(chunk);
     auto view = Filter(false, in, chunk);
-    ASSERT_TRUE(view) << view.error();
+    ASSERT_TRUE(view) << view.error().message;
     EXPECT_EQ(*view, kHandshakeOut + display + UpdateRequest());
     auto control = Filter(true, in, chunk);
-    ASSERT_TRUE(control) << control.error();
+    ASSERT_TRUE(control) << control.error().message;
     // A controlling viewer's input passes; SetDesktopSize is dropped for everyone.
     EXPECT_EQ(*control, kHandshakeOut + display + input + UpdateRequest());
   }
@@ -74,7 +74,7 @@ TEST(ClientFilterTest, CountsInputByKindForTheEventLog) {
 TEST(ClientFilterTest, LargeClipboardIsStreamedNotHeld) {
   std::string text(kMaxViewerCutText, 'x');
   auto control = Filter(true, kHandshake + CutText(text) + Key(3), 4096);
-  ASSERT_TRUE(control) << control.error();
+  ASSERT_TRUE(control) << control.error().message;
   EXPECT_EQ(*control, kHandshakeOut + CutText(text) + Key(3));
   auto view = Filter(false, kHandshake + CutText(text) + Key(3), 4096);
   ASSERT_TRUE(view);
@@ -82,47 +82,56 @@ TEST(ClientFilterTest, LargeClipboardIsStreamedNotHeld) {
   // Extended clipboard: a negative length.
   std::string ext = std::string{'\x06', '\0', '\0', '\0'} + U32(static_cast<uint32_t>(-8)) + "12345678";
   auto e = Filter(true, kHandshake + ext + Key(4), 5);
-  ASSERT_TRUE(e) << e.error();
+  ASSERT_TRUE(e) << e.error().message;
   EXPECT_EQ(*e, kHandshakeOut + ext + Key(4));
 }
 
 TEST(ClientFilterTest, OlderProtocolsHaveTheirOwnHandshake) {
   auto v33 = Filter(false, std::string("RFB 003.003\n") + '\0' + Pointer(1, 2, 3) + UpdateRequest(), 1);
-  ASSERT_TRUE(v33) << v33.error();
+  ASSERT_TRUE(v33) << v33.error().message;
   EXPECT_EQ(*v33, std::string("RFB 003.003\n") + '\x01' + UpdateRequest());
   auto v37 = Filter(true, std::string("RFB 003.007\n") + '\x01' + '\x01' + Key(5), 4);
-  ASSERT_TRUE(v37) << v37.error();
+  ASSERT_TRUE(v37) << v37.error().message;
   EXPECT_EQ(*v37, std::string("RFB 003.007\n") + '\x01' + '\x01' + Key(5));
 }
 
 TEST(ClientFilterTest, RefusesWhatABrowserViewerHasNoReasonToSend) {
+  constexpr auto kUnsupported = ErrorCode::kUnsupported, kTooLarge = ErrorCode::kTooLarge;
   struct Case {
     std::string in, mentions;
+    ErrorCode code;
   } cases[] = {
-      {"RFB 004.000\n", "protocol version"},
-      {"GET / HTTP/1.1\r\n", "protocol version"},
-      {std::string("RFB 003.008\n") + '\x02', "security type 2"},
-      {kHandshake + '\x07', "unknown RFB message type 7"},
-      {kHandshake + '\x01', "unknown RFB message type 1"},
-      {kHandshake + std::string{'\x02', '\0'} + U16(257), "257 encodings"},
-      {kHandshake + std::string{'\x06', '\0', '\0', '\0'} + U32(kMaxViewerCutText + 1), "clipboard"},
-      {kHandshake + std::string{'\x06', '\0', '\0', '\0'} + U32(0x80000000u), "clipboard"},
-      {kHandshake + std::string{'\xf8', '\0', '\0', '\0'} + U32(0) + '\x41', "fence"},
-      {kHandshake + std::string{'\xfb', '\0'} + U16(1) + U16(1) + '\x41' + '\0', "65 screens"},
-      {kHandshake + std::string{'\xff', '\x01'}, "QEMU client message subtype 1"},
+      {"RFB 004.000\n", "protocol version", kUnsupported},
+      {"GET / HTTP/1.1\r\n", "protocol version", kUnsupported},
+      {std::string("RFB 003.008\n") + '\x02', "security type 2", kUnsupported},
+      {kHandshake + '\x07', "unknown RFB message type 7", kUnsupported},
+      {kHandshake + '\x01', "unknown RFB message type 1", kUnsupported},
+      {kHandshake + std::string{'\x02', '\0'} + U16(257), "257 encodings", kTooLarge},
+      {kHandshake + std::string{'\x06', '\0', '\0', '\0'} + U32(kMaxViewerCutText + 1), "clipboard",
+       kTooLarge},
+      {kHandshake + std::string{'\x06', '\0', '\0', '\0'} + U32(0x80000000u), "clipboard",
+       kTooLarge},
+      {kHandshake + std::string{'\xf8', '\0', '\0', '\0'} + U32(0) + '\x41', "fence", kTooLarge},
+      {kHandshake + std::string{'\xfb', '\0'} + U16(1) + U16(1) + '\x41' + '\0', "65 screens",
+       kTooLarge},
+      {kHandshake + std::string{'\xff', '\x01'}, "QEMU client message subtype 1", kUnsupported},
   };
   for (const auto& c : cases) {
     for (size_t chunk : {1u, 100u}) {
       auto r = Filter(true, c.in, chunk);
       ASSERT_FALSE(r) << c.mentions;
-      EXPECT_NE(r.error().find(c.mentions), std::string::npos) << r.error();
+      EXPECT_NE(r.error().message.find(c.mentions), std::string::npos) << r.error().message;
+      EXPECT_EQ(r.error().code, c.code) << c.mentions << ": " << ToString(r.error().code);
     }
   }
   // Once failed, it stays failed.
   ClientFilter f(true);
   std::string out;
   EXPECT_FALSE(f.Feed(Bytes(std::string("RFB 009.000\n")), out));
-  EXPECT_FALSE(f.Feed(Bytes(std::string("RFB 003.008\n")), out));
+  auto again = f.Feed(Bytes(std::string("RFB 003.008\n")), out);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kClosed);
+  EXPECT_EQ(again.error().message, "the viewer's stream already failed");
 }
 
 TEST(ClientFilterTest, NothingIsBufferedBeyondOneHeader) {

@@ -52,12 +52,15 @@ TEST(KeysTest, NamesFromXdotoolAndOpenAiMeet) {
                                                {"0xff0d", 0xff0d},
                                                {"U+1F642", 0x0101f642}}) {
     auto k = KeysymForName(name);
-    ASSERT_TRUE(k) << name << ": " << k.error();
+    ASSERT_TRUE(k) << name << ": " << k.error().message;
     EXPECT_EQ(*k, keysym) << name;
   }
   for (const char* bad : {"", "Retrun", "F0", "F99", "ctrlx", "KP_A", "\xff"}) {
-    EXPECT_FALSE(KeysymForName(bad)) << bad;
+    auto k = KeysymForName(bad);
+    ASSERT_FALSE(k) << bad;
+    EXPECT_EQ(k.error().code, ErrorCode::kBadInput) << bad;
   }
+  EXPECT_EQ(KeysymForName("Retrun").error().message, "unknown key 'Retrun'");
 }
 
 TEST(KeysTest, CombosAndSequences) {
@@ -71,7 +74,10 @@ TEST(KeysTest, CombosAndSequences) {
   EXPECT_EQ(*ParseCombo("x+shift"), (std::vector<uint32_t>{0x78, 0xffe1}));
   EXPECT_EQ(*ParseCombo("+"), (std::vector<uint32_t>{0x2b}));
   EXPECT_FALSE(ParseCombo("ctrl+"));
-  EXPECT_FALSE(ParseCombo("ctrl+nonsense"));
+  auto unknown = ParseCombo("ctrl+nonsense");
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(unknown.error().message, "in 'ctrl+nonsense': unknown key 'nonsense'");
   EXPECT_FALSE(ParseCombo("a+b+c+d+e+f+g+h+i"));
   auto s = ParseKeySequence("ctrl+a Delete");
   ASSERT_TRUE(s);
@@ -98,7 +104,8 @@ TEST(KeysTest, TextBecomesOneKeysymPerCharacter) {
         std::string("\xf4\x90\x80\x80"), std::string("x\x80")}) {
     auto r = DecodeUtf8(bad);
     ASSERT_FALSE(r) << bad;
-    EXPECT_NE(r.error().find("invalid UTF-8 at byte"), std::string::npos);
+    EXPECT_NE(r.error().message.find("invalid UTF-8 at byte"), std::string::npos);
+    EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
   }
 }
 
@@ -113,7 +120,7 @@ TEST(KeysTest, CharactersBeyondAsciiAreRecognisedFromTheirKeysyms) {
   EXPECT_FALSE(CharacterBeyondAscii(0x01110000));
   // A code point in a combo or a sequence is one key.
   auto seq = ParseKeySequence("x U+4E16 ctrl+U+00E9 u+a");
-  ASSERT_TRUE(seq) << seq.error();
+  ASSERT_TRUE(seq) << seq.error().message;
   ASSERT_EQ(seq->size(), 4u);
   EXPECT_EQ((*seq)[1], std::vector<uint32_t>{0x01004e16});
   EXPECT_EQ((*seq)[2], (std::vector<uint32_t>{kKeysymControlL, 0xe9}));

@@ -47,12 +47,12 @@ class FakeServer {
   explicit FakeServer(asio::io_context& io)
       : io_(io), acceptor_(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {}
   FrameMirror::Connector Connector() {
-    return [this]() -> asio::awaitable<std::expected<tcp::socket, std::string>> {
+    return [this]() -> asio::awaitable<std::expected<tcp::socket, Error>> {
       tcp::socket s(io_);
       boost::system::error_code ec;
       co_await s.async_connect(acceptor_.local_endpoint(),
                                asio::redirect_error(asio::use_awaitable, ec));
-      if (ec) co_return std::unexpected(ec.message());
+      if (ec) co_return std::unexpected(Error{ErrorCode::kIo, ec.message()});
       co_return std::move(s);
     };
   }
@@ -68,6 +68,13 @@ class FakeServer {
                                asio::redirect_error(asio::use_awaitable, ec));
   }
   void Close() { conn_.reset(); }
+  // Ends the connection with a RST: the client's next read fails rather than ends.
+  void Reset() {
+    boost::system::error_code ec;
+    conn_->set_option(asio::socket_base::linger(true, 0), ec);
+    conn_->close(ec);
+    conn_.reset();
+  }
   const std::string& received() const { return received_; }
 
  private:
@@ -118,7 +125,7 @@ class MirrorTest : public ::testing::Test {
     mirror_->Start();
     co_await server_.Accept(Handshake());
     auto r = co_await mirror_->WaitReady(5s);
-    EXPECT_TRUE(r) << r.error();
+    EXPECT_TRUE(r) << r.error().message;
   }
   asio::io_context io_;
   FakeServer server_{io_};
@@ -134,7 +141,7 @@ TEST_F(MirrorTest, BecomesReadyAndSendsInputInOrder) {
     click.type = Action::Type::kClick;
     click.at = Point{10, 20};
     auto r = co_await Perform(*mirror_, click);
-    EXPECT_TRUE(r) << r.error();
+    EXPECT_TRUE(r) << r.error().message;
     Action type;
     type.type = Action::Type::kType;
     type.text = U"é🙂";
@@ -172,7 +179,7 @@ TEST_F(MirrorTest, TheClicksOfADoubleClickWaitForTheServerToTakeTheOneBefore) {
         io_,
         [&]() -> asio::awaitable<void> {
           auto r = co_await Perform(*mirror_, dbl);
-          EXPECT_TRUE(r) << r.error();
+          EXPECT_TRUE(r) << r.error().message;
           done = true;
         },
         asio::detached);
@@ -195,7 +202,7 @@ TEST_F(MirrorTest, TheClicksOfADoubleClickWaitForTheServerToTakeTheOneBefore) {
     // Against a server that never answers, the clicks still go, after the longest wait.
     auto t0 = FrameMirror::Clock::now();
     auto r = co_await Perform(*mirror_, dbl);
-    EXPECT_TRUE(r) << r.error();
+    EXPECT_TRUE(r) << r.error().message;
     EXPECT_GE(FrameMirror::Clock::now() - t0, 900ms);
   });
 }
@@ -211,7 +218,7 @@ TEST_F(MirrorTest, WithoutFencesTheClicksOfADoubleClickAreStillPaced) {
     triple.count = 3;
     auto t0 = FrameMirror::Clock::now();
     auto r = co_await Perform(*mirror_, triple);
-    EXPECT_TRUE(r) << r.error();
+    EXPECT_TRUE(r) << r.error().message;
     EXPECT_GE(FrameMirror::Clock::now() - t0, 30ms);  // two pauses between three clicks
     co_await Sleep(100ms);
     auto at = U16(3) + U16(4);
@@ -301,7 +308,7 @@ TEST_F(MirrorTest, ReconnectsAfterTheServerGoesAwayAndKeepsTheSequence) {
     EXPECT_FALSE(moved.has_value());  // not connected: refused, not queued
     co_await server_.Accept(Handshake());
     auto r = co_await mirror_->WaitReady(5s);
-    EXPECT_TRUE(r) << r.error();
+    EXPECT_TRUE(r) << r.error().message;
     EXPECT_EQ(mirror_->connects(), 2u);
     EXPECT_GT(mirror_->seq(), seq);
   });
@@ -314,7 +321,46 @@ TEST_F(MirrorTest, AHostileServerIsDroppedWithTheCause) {
     co_await server_.Send(off_screen);
     co_await Sleep(100ms);
     EXPECT_FALSE(mirror_->ready());
-    EXPECT_NE(mirror_->last_error().find("outside"), std::string::npos) << mirror_->last_error();
+    EXPECT_NE(mirror_->last_error().message.find("outside"), std::string::npos)
+        << mirror_->last_error().message;
+    EXPECT_EQ(mirror_->last_error().code, ErrorCode::kProtocol);
+  });
+}
+
+TEST_F(MirrorTest, AConnectionResetIsAnIoError) {
+  Run([&]() -> asio::awaitable<void> {
+    co_await Connect();
+    server_.Reset();
+    co_await Sleep(50ms);
+    EXPECT_FALSE(mirror_->ready());
+    EXPECT_EQ(mirror_->last_error().code, ErrorCode::kIo) << mirror_->last_error().message;
+    EXPECT_TRUE(mirror_->last_error().message.starts_with("connection: "))
+        << mirror_->last_error().message;
+  });
+}
+
+TEST_F(MirrorTest, AScreenThatNeverArrivesTimesOut) {
+  Run([&]() -> asio::awaitable<void> {
+    mirror_ = std::make_shared<FrameMirror>(io_.get_executor(), server_.Connector(), "test");
+    mirror_->Start();
+    auto r = co_await mirror_->WaitReady(100ms);  // the server never greets
+    EXPECT_FALSE(r);
+    if (r) co_return;
+    EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
+    EXPECT_EQ(r.error().message, "the screen did not answer within 100 ms");
+  });
+}
+
+TEST_F(MirrorTest, AStoppedMirrorIsClosed) {
+  Run([&]() -> asio::awaitable<void> {
+    co_await Connect();
+    mirror_->Stop();
+    co_await Sleep(50ms);  // the session sees its socket closed
+    auto r = co_await mirror_->WaitReady(1s);
+    EXPECT_FALSE(r);
+    if (r) co_return;
+    EXPECT_EQ(r.error().code, ErrorCode::kClosed);
+    EXPECT_EQ(r.error().message, "stopped");
   });
 }
 
@@ -326,7 +372,8 @@ TEST(ActionValidateTest, ChecksLimitsPointsAndText) {
   a.text = U"bell\a";
   auto r = Validate(a, 100, 100);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().find("U+0007"), std::string::npos) << r.error();
+  EXPECT_NE(r.error().message.find("U+0007"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
   a.text = std::u32string(kMaxTextChars + 1, U'x');
   EXPECT_FALSE(Validate(a, 100, 100));
   Action click;

@@ -55,7 +55,7 @@ TEST(RfbClientTest, MirrorsTheScreenEvenWhenBytesComeOneByOne) {
   std::string sent;
   for (char ch : server) {
     auto r = c.Feed(Bytes(std::string(1, ch)));
-    ASSERT_TRUE(r) << r.error();
+    ASSERT_TRUE(r) << r.error().message;
     sent += c.TakeOutput();
   }
   ASSERT_TRUE(c.ready());
@@ -213,34 +213,44 @@ TEST(RfbClientTest, DamageBeyondTheCapCollapsesToItsBoundingBox) {
 }
 
 TEST(RfbClientTest, RefusesWhatItDidNotAskFor) {
+  using C = ErrorCode;
   struct Case {
     std::string bytes;
     std::string mentions;
+    ErrorCode code;
   };
   std::vector<Case> cases = {
-      {"HTTP/1.1 200\n", "not an RFB server"},
-      {"RFB 003.003\n", "too old"},
-      {std::string("RFB 003.008\n") + std::string{1, 2}, "None"},
-      {std::string("RFB 003.008\n") + std::string{0} + U32(7) + "go away", "go away"},
-      {std::string("RFB 003.008\n") + std::string{1, 1} + U32(1) + U32(4) + "nope", "nope"},
+      {"HTTP/1.1 200\n", "not an RFB server", C::kProtocol},
+      {"RFB 003.003\n", "too old", C::kUnsupported},
+      {std::string("RFB 003.008\n") + std::string{1, 2}, "None", C::kUnsupported},
+      {std::string("RFB 003.008\n") + std::string{0} + U32(7) + "go away", "go away", C::kRefused},
+      {std::string("RFB 003.008\n") + std::string{1, 1} + U32(1) + U32(4) + "nope", "nope",
+       C::kRefused},
       {std::string("RFB 003.008\n") + std::string{1, 1} + U32(0) + ServerInit(0, 10, ""),
-       "out of range"},
+       "out of range", C::kProtocol},
       {std::string("RFB 003.008\n") + std::string{1, 1} + U32(0) + ServerInit(5000, 10, ""),
-       "out of range"},
-      {Handshake(4, 2) + Update(RectHeader(0, 0, 4, 2, 16), 1), "encoding 16"},
-      {Handshake(4, 2) + Update(RectHeader(1, 0, 4, 2), 1), "outside"},
-      {Handshake(4, 2) + Update(RectHeader(0, 0, 2, 2, 1) + U16(3) + U16(0), 1), "copy source"},
-      {Handshake(4, 2) + Update(RectHeader(0, 0, 5000, 2, -223), 1), "out of range"},
-      {Handshake(4, 2) + std::string{9}, "unknown server message type 9"},
-      {Handshake(4, 2) + std::string{3, 0, 0, 0} + U32(100u << 20), "too long"},
-      {Handshake(4, 2) + Fence(0x80000000u, std::string(65, 'x')), "fence payload of 65 bytes"},
+       "out of range", C::kTooLarge},
+      {Handshake(4, 2) + Update(RectHeader(0, 0, 4, 2, 16), 1), "encoding 16", C::kUnsupported},
+      {Handshake(4, 2) + Update(RectHeader(1, 0, 4, 2), 1), "outside", C::kProtocol},
+      {Handshake(4, 2) + Update(RectHeader(0, 0, 2, 2, 1) + U16(3) + U16(0), 1), "copy source",
+       C::kProtocol},
+      {Handshake(4, 2) + Update(RectHeader(0, 0, 5000, 2, -223), 1), "out of range", C::kTooLarge},
+      {Handshake(4, 2) + std::string{9}, "unknown server message type 9", C::kUnsupported},
+      {Handshake(4, 2) + std::string{3, 0, 0, 0} + U32(100u << 20), "too long", C::kTooLarge},
+      {Handshake(4, 2) + Fence(0x80000000u, std::string(65, 'x')), "fence payload of 65 bytes",
+       C::kTooLarge},
   };
   for (const auto& t : cases) {
     RfbClient c;
     auto r = c.Feed(Bytes(t.bytes));
     ASSERT_FALSE(r) << t.mentions;
-    EXPECT_NE(r.error().find(t.mentions), std::string::npos) << t.mentions << ": " << r.error();
-    EXPECT_FALSE(c.Feed(Bytes(std::string("x"))));  // stays failed
+    EXPECT_NE(r.error().message.find(t.mentions), std::string::npos)
+        << t.mentions << ": " << r.error().message;
+    EXPECT_EQ(r.error().code, t.code) << t.mentions << ": " << ToString(r.error().code);
+    auto again = c.Feed(Bytes(std::string("x")));  // stays failed
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().code, ErrorCode::kClosed);
+    EXPECT_EQ(again.error().message, "the session has already failed");
     EXPECT_TRUE(c.failed());
   }
 }
@@ -258,7 +268,7 @@ TEST(ImageTest, RendersCropsAndScalesByAveraging) {
   uint8_t* red = &fb.bgrx[(1 * 4 + 3) * 4];
   red[0] = 0, red[1] = 0, red[2] = 255;
   auto full = Render(fb, {}, 0, 0);
-  ASSERT_TRUE(full) << full.error();
+  ASSERT_TRUE(full) << full.error().message;
   EXPECT_EQ(full->width, 4u);
   EXPECT_EQ((std::vector<uint8_t>(full->rgb.end() - 3, full->rgb.end())),
             (std::vector<uint8_t>{255, 0, 0}));
@@ -270,9 +280,18 @@ TEST(ImageTest, RendersCropsAndScalesByAveraging) {
   auto crop = Render(fb, Rect{3, 1, 1, 1}, 2, 2);  // upscaled crop repeats the pixel
   ASSERT_TRUE(crop);
   EXPECT_EQ(crop->rgb, (std::vector<uint8_t>{255, 0, 0, 255, 0, 0, 255, 0, 0, 255, 0, 0}));
-  EXPECT_FALSE(Render(fb, Rect{3, 1, 2, 1}, 0, 0));
-  EXPECT_FALSE(Render(fb, {}, 5000, 10));
-  EXPECT_FALSE(Render(Framebuffer{}, {}, 0, 0));
+  auto off_frame = Render(fb, Rect{3, 1, 2, 1}, 0, 0);
+  ASSERT_FALSE(off_frame);
+  EXPECT_EQ(off_frame.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(off_frame.error().message, "region 2x1+3+1 is outside the 4x2 screen");
+  auto too_large = Render(fb, {}, 5000, 10);
+  ASSERT_FALSE(too_large);
+  EXPECT_EQ(too_large.error().code, ErrorCode::kTooLarge);
+  EXPECT_EQ(too_large.error().message, "image size 5000x10 is above 4096x4096");
+  auto no_frame = Render(Framebuffer{}, {}, 0, 0);
+  ASSERT_FALSE(no_frame);
+  EXPECT_EQ(no_frame.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(no_frame.error().message, "no frame");
 }
 
 TEST(ImageTest, EncodesPngAndJpeg) {
@@ -281,7 +300,7 @@ TEST(ImageTest, EncodesPngAndJpeg) {
   img.height = 2;
   img.rgb = {255, 0, 0, 0, 255, 0, 0, 0, 255, 1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto png = EncodePng(img);
-  ASSERT_TRUE(png) << png.error();
+  ASSERT_TRUE(png) << png.error().message;
   EXPECT_EQ(png->substr(0, 8), "\x89PNG\r\n\x1a\n");
   EXPECT_EQ(png->substr(12, 4), "IHDR");
   EXPECT_EQ(png->substr(16, 8), U32(3) + U32(2));
@@ -300,10 +319,25 @@ TEST(ImageTest, EncodesPngAndJpeg) {
   EXPECT_EQ(static_cast<uint8_t>(raw[1]), 255);
   EXPECT_EQ(static_cast<uint8_t>(raw[19]), 9);
   auto jpg = EncodeJpeg(img, 80);
-  ASSERT_TRUE(jpg) << jpg.error();
+  ASSERT_TRUE(jpg) << jpg.error().message;
   EXPECT_EQ(static_cast<uint8_t>((*jpg)[0]), 0xFF);
   EXPECT_EQ(static_cast<uint8_t>((*jpg)[1]), 0xD8);
-  EXPECT_FALSE(EncodePng(RgbImage{}));
+  auto empty = EncodePng(RgbImage{});
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(empty.error().message, "no image");
+}
+
+// JPEG has no room for a side over 65500 pixels: libjpeg-turbo refuses, and says so.
+TEST(ImageTest, AnImageJpegCannotHoldIsAnEncodingError) {
+  RgbImage wide;
+  wide.width = 65501;
+  wide.height = 1;
+  wide.rgb.assign(size_t{wide.width} * 3, 128);
+  auto jpg = EncodeJpeg(wide, 80);
+  ASSERT_FALSE(jpg);
+  EXPECT_EQ(jpg.error().code, ErrorCode::kEncode) << jpg.error().message;
+  EXPECT_TRUE(jpg.error().message.starts_with("libjpeg-turbo: ")) << jpg.error().message;
 }
 
 }  // namespace

@@ -32,12 +32,12 @@ uint32_t Be32(const uint8_t* p) {
 
 }  // namespace
 
-std::expected<void, std::string> ClientFilter::Fail(std::string why) {
+std::expected<void, Error> ClientFilter::Fail(ErrorCode code, std::string why) {
   state_ = State::kFailed;
-  return std::unexpected(std::move(why));
+  return std::unexpected(Error{code, std::move(why)});
 }
 
-std::expected<size_t, std::string> ClientFilter::HeaderLength() const {
+std::expected<size_t, Error> ClientFilter::HeaderLength() const {
   switch (head_[0]) {
     case kSetPixelFormat: return 20;
     case kSetEncodings: return 4;
@@ -52,13 +52,19 @@ std::expected<size_t, std::string> ClientFilter::HeaderLength() const {
     case kQemu:
       if (have_ < 2) return 0;
       if (head_[1] != kQemuExtendedKeyEvent)
-        return std::unexpected(fmt::format("viewer sent QEMU client message subtype {}, which is not allowed", head_[1]));
+        return std::unexpected(
+            Error{ErrorCode::kUnsupported,
+                  fmt::format("viewer sent QEMU client message subtype {}, which is not allowed",
+                              head_[1])});
       return 12;
-    default: return std::unexpected(fmt::format("viewer sent unknown RFB message type {}", head_[0]));
+    default:
+      return std::unexpected(
+          Error{ErrorCode::kUnsupported,
+                fmt::format("viewer sent unknown RFB message type {}", head_[0])});
   }
 }
 
-std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
+std::expected<void, Error> ClientFilter::Complete(std::string& out) {
   auto pass = [&] { out.append(reinterpret_cast<const char*>(head_), have_); };
   auto input = [&](uint32_t& counter) {
     ++counter;
@@ -69,7 +75,9 @@ std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
     case kSetEncodings: {
       uint16_t n = Be16(head_ + 2);
       if (n > kMaxViewerEncodings)
-        return Fail(fmt::format("viewer sent SetEncodings with {} encodings (at most {})", n, kMaxViewerEncodings));
+        return Fail(ErrorCode::kTooLarge,
+                    fmt::format("viewer sent SetEncodings with {} encodings (at most {})", n,
+                                kMaxViewerEncodings));
       pass();
       body_left_ = 4ull * n;
       state_ = State::kBody;
@@ -80,7 +88,9 @@ std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
       auto len = static_cast<int32_t>(Be32(head_ + 4));
       uint64_t n = len < 0 ? -static_cast<int64_t>(len) : static_cast<uint64_t>(len);
       if (n > kMaxViewerCutText)
-        return Fail(fmt::format("viewer sent {} bytes of clipboard text (at most {})", n, kMaxViewerCutText));
+        return Fail(ErrorCode::kTooLarge,
+                    fmt::format("viewer sent {} bytes of clipboard text (at most {})", n,
+                                kMaxViewerCutText));
       input(counts_.clipboard);
       body_left_ = n;
       state_ = may_control_ ? State::kBody : State::kSkip;
@@ -89,7 +99,9 @@ std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
     case kClientFence: {
       uint8_t n = head_[8];
       if (n > kMaxViewerFenceBytes)
-        return Fail(fmt::format("viewer sent a fence with {} bytes of payload (at most {})", n, kMaxViewerFenceBytes));
+        return Fail(ErrorCode::kTooLarge,
+                    fmt::format("viewer sent a fence with {} bytes of payload (at most {})", n,
+                                kMaxViewerFenceBytes));
       pass();
       body_left_ = n;
       state_ = State::kBody;
@@ -98,7 +110,9 @@ std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
     case kSetDesktopSize: {
       uint8_t screens = head_[6];
       if (screens > kMaxScreens)
-        return Fail(fmt::format("viewer sent SetDesktopSize with {} screens (at most {})", screens, kMaxScreens));
+        return Fail(ErrorCode::kTooLarge,
+                    fmt::format("viewer sent SetDesktopSize with {} screens (at most {})", screens,
+                                kMaxScreens));
       body_left_ = 16ull * screens;  // dropped for everyone
       state_ = State::kSkip;
       break;
@@ -114,11 +128,12 @@ std::expected<void, std::string> ClientFilter::Complete(std::string& out) {
   return {};
 }
 
-std::expected<void, std::string> ClientFilter::Feed(std::span<const uint8_t> in, std::string& out) {
+std::expected<void, Error> ClientFilter::Feed(std::span<const uint8_t> in, std::string& out) {
   size_t i = 0;
   while (i < in.size()) {
     switch (state_) {
-      case State::kFailed: return std::unexpected(std::string("the viewer's stream already failed"));
+      case State::kFailed:
+        return std::unexpected(Error{ErrorCode::kClosed, "the viewer's stream already failed"});
       case State::kVersion: {
         size_t take = std::min<size_t>(12 - have_, in.size() - i);
         std::memcpy(head_ + have_, in.data() + i, take);
@@ -129,7 +144,9 @@ std::expected<void, std::string> ClientFilter::Feed(std::span<const uint8_t> in,
         if (v != "RFB 003.008\n" && v != "RFB 003.007\n" && v != "RFB 003.003\n") {
           std::string shown;
           for (char c : v) shown += (c >= 0x20 && c < 0x7f) ? c : '?';
-          return Fail(fmt::format("viewer sent protocol version '{}' (3.3, 3.7 or 3.8 expected)", shown));
+          return Fail(
+              ErrorCode::kUnsupported,
+              fmt::format("viewer sent protocol version '{}' (3.3, 3.7 or 3.8 expected)", shown));
         }
         v33_ = v == "RFB 003.003\n";
         out += v;
@@ -139,7 +156,10 @@ std::expected<void, std::string> ClientFilter::Feed(std::span<const uint8_t> in,
       }
       case State::kSecurity: {
         uint8_t type = in[i++];
-        if (type != 1) return Fail(fmt::format("viewer chose security type {} (only None, 1, is offered)", type));
+        if (type != 1)
+          return Fail(
+              ErrorCode::kUnsupported,
+              fmt::format("viewer chose security type {} (only None, 1, is offered)", type));
         out.push_back(static_cast<char>(type));
         state_ = State::kClientInit;
         break;
@@ -153,7 +173,7 @@ std::expected<void, std::string> ClientFilter::Feed(std::span<const uint8_t> in,
         // Accumulating a message's fixed part; a QEMU message's length depends on its subtype.
         if (have_ == 0 || (head_[0] == kQemu && have_ < 2)) head_[have_++] = in[i++];
         auto need = HeaderLength();
-        if (!need) return Fail(need.error());
+        if (!need) return Fail(need.error().code, std::move(need.error().message));
         if (*need == 0) break;
         size_t take = std::min(*need - have_, in.size() - i);
         std::memcpy(head_ + have_, in.data() + i, take);

@@ -10,19 +10,21 @@
 
 namespace deskbox::vnc_bridge {
 
-std::expected<RgbImage, std::string> Render(const Framebuffer& fb, Rect crop, uint32_t width,
-                                            uint32_t height) {
+std::expected<RgbImage, Error> Render(const Framebuffer& fb, Rect crop, uint32_t width,
+                                      uint32_t height) {
   if (fb.width == 0 || fb.height == 0 || fb.bgrx.size() != size_t{fb.width} * fb.height * 4)
-    return std::unexpected(std::string("no frame"));
+    return std::unexpected(Error{ErrorCode::kBadInput, "no frame"});
   if (crop.w == 0 || crop.h == 0) crop = Rect{0, 0, fb.width, fb.height};
   if (uint64_t{crop.x} + crop.w > fb.width || uint64_t{crop.y} + crop.h > fb.height)
-    return std::unexpected(fmt::format("region {}x{}+{}+{} is outside the {}x{} screen", crop.w,
-                                       crop.h, crop.x, crop.y, fb.width, fb.height));
+    return std::unexpected(Error{
+        ErrorCode::kBadInput, fmt::format("region {}x{}+{}+{} is outside the {}x{} screen", crop.w,
+                                          crop.h, crop.x, crop.y, fb.width, fb.height)});
   if (width == 0) width = crop.w;
   if (height == 0) height = crop.h;
   if (width > kMaxScreenSide || height > kMaxScreenSide)
-    return std::unexpected(fmt::format("image size {}x{} is above {}x{}", width, height,
-                                       kMaxScreenSide, kMaxScreenSide));
+    return std::unexpected(
+        Error{ErrorCode::kTooLarge, fmt::format("image size {}x{} is above {}x{}", width, height,
+                                                kMaxScreenSide, kMaxScreenSide)});
   RgbImage img;
   img.width = width;
   img.height = height;
@@ -67,10 +69,10 @@ std::expected<RgbImage, std::string> Render(const Framebuffer& fb, Rect crop, ui
   return img;
 }
 
-std::expected<std::string, std::string> EncodePng(const RgbImage& image) {
+std::expected<std::string, Error> EncodePng(const RgbImage& image) {
   if (image.width == 0 || image.height == 0 ||
       image.rgb.size() != size_t{image.width} * image.height * 3)
-    return std::unexpected(std::string("no image"));
+    return std::unexpected(Error{ErrorCode::kBadInput, "no image"});
   // Filter type 0 (None) before each row, then zlib.
   std::string raw;
   raw.reserve((size_t{image.width} * 3 + 1) * image.height);
@@ -83,7 +85,7 @@ std::expected<std::string, std::string> EncodePng(const RgbImage& image) {
   std::string z(zlen, '\0');
   if (compress2(reinterpret_cast<Bytef*>(z.data()), &zlen,
                 reinterpret_cast<const Bytef*>(raw.data()), raw.size(), 1) != Z_OK)
-    return std::unexpected(std::string("zlib failed"));
+    return std::unexpected(Error{ErrorCode::kEncode, "zlib failed"});
   z.resize(zlen);
   std::string png = "\x89PNG\r\n\x1a\n";
   auto chunk = [&png](const char* type, const std::string& data) {
@@ -103,12 +105,14 @@ std::expected<std::string, std::string> EncodePng(const RgbImage& image) {
   return png;
 }
 
-std::expected<std::string, std::string> EncodeJpeg(const RgbImage& image, int quality) {
+std::expected<std::string, Error> EncodeJpeg(const RgbImage& image, int quality) {
   if (image.width == 0 || image.height == 0 ||
       image.rgb.size() != size_t{image.width} * image.height * 3)
-    return std::unexpected(std::string("no image"));
+    return std::unexpected(Error{ErrorCode::kBadInput, "no image"});
   tjhandle tj = tjInitCompress();
-  if (!tj) return std::unexpected(std::string("libjpeg-turbo: ") + tjGetErrorStr());
+  if (!tj)
+    return std::unexpected(
+        Error{ErrorCode::kEncode, std::string("libjpeg-turbo: ") + tjGetErrorStr()});
   unsigned char* out = nullptr;
   unsigned long size = 0;
   int rc = tjCompress2(tj, image.rgb.data(), static_cast<int>(image.width), 0,
@@ -119,7 +123,7 @@ std::expected<std::string, std::string> EncodeJpeg(const RgbImage& image, int qu
   std::string err = rc == 0 ? "" : tjGetErrorStr2(tj);
   tjFree(out);
   tjDestroy(tj);
-  if (rc != 0) return std::unexpected("libjpeg-turbo: " + err);
+  if (rc != 0) return std::unexpected(Error{ErrorCode::kEncode, "libjpeg-turbo: " + err});
   return result;
 }
 

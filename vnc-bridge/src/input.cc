@@ -15,6 +15,14 @@ namespace deskbox::vnc_bridge {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
+namespace {
+
+std::unexpected<Error> BadInput(std::string message) {
+  return std::unexpected(Error{ErrorCode::kBadInput, std::move(message)});
+}
+
+}  // namespace
+
 const char* ToString(Action::Type t) {
   switch (t) {
     case Action::Type::kMove:
@@ -41,10 +49,10 @@ const char* ToString(Action::Type t) {
   return "?";
 }
 
-std::expected<void, std::string> Validate(const Action& a, uint32_t width, uint32_t height) {
-  auto on_screen = [&](const Point& p) -> std::expected<void, std::string> {
+std::expected<void, Error> Validate(const Action& a, uint32_t width, uint32_t height) {
+  auto on_screen = [&](const Point& p) -> std::expected<void, Error> {
     if (p.x >= width || p.y >= height)
-      return std::unexpected(
+      return BadInput(
           fmt::format("point ({}, {}) is outside the {}x{} screen", p.x, p.y, width, height));
     return {};
   };
@@ -55,37 +63,36 @@ std::expected<void, std::string> Validate(const Action& a, uint32_t width, uint3
   switch (a.type) {
     case Action::Type::kClick:
       if (a.count < 1 || a.count > kMaxClickCount)
-        return std::unexpected(fmt::format("count must be between 1 and {}", kMaxClickCount));
+        return BadInput(fmt::format("count must be between 1 and {}", kMaxClickCount));
       break;
     case Action::Type::kDrag:
-      if (a.path.size() < 2)
-        return std::unexpected(std::string("a drag needs a path of at least 2 points"));
+      if (a.path.size() < 2) return BadInput("a drag needs a path of at least 2 points");
       if (a.path.size() > kMaxPathPoints)
-        return std::unexpected(fmt::format("a drag path has at most {} points", kMaxPathPoints));
+        return BadInput(fmt::format("a drag path has at most {} points", kMaxPathPoints));
       break;
     case Action::Type::kScroll:
       if (std::abs(a.dx) > kMaxScrollSteps || std::abs(a.dy) > kMaxScrollSteps)
-        return std::unexpected(
+        return BadInput(
             fmt::format("scroll steps per axis must be between -{0} and {0}", kMaxScrollSteps));
       break;
     case Action::Type::kType:
       if (a.text.size() > kMaxTextChars)
-        return std::unexpected(fmt::format("text has more than {} characters", kMaxTextChars));
+        return BadInput(fmt::format("text has more than {} characters", kMaxTextChars));
       for (char32_t c : a.text)
         if ((c < 0x20 && c != U'\n' && c != U'\t' && c != U'\r') || c == 0x7f)
-          return std::unexpected(
+          return BadInput(
               fmt::format("text contains the control character U+{:04X} (use a key action)",
                           static_cast<uint32_t>(c)));
       break;
     case Action::Type::kKey:
-      if (a.keys.empty()) return std::unexpected(std::string("no key given"));
+      if (a.keys.empty()) return BadInput("no key given");
       break;
     case Action::Type::kHoldKey:
-      if (a.keys.size() != 1) return std::unexpected(std::string("hold_key takes one key combo"));
+      if (a.keys.size() != 1) return BadInput("hold_key takes one key combo");
       [[fallthrough]];
     case Action::Type::kWait:
       if (a.duration < 0ms || a.duration > kMaxActionDuration)
-        return std::unexpected(
+        return BadInput(
             fmt::format("duration must be between 0 and {} s", kMaxActionDuration.count() / 1000));
       break;
     default:
@@ -112,13 +119,13 @@ asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
   co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
 }
 
-std::expected<void, std::string> PressAll(FrameMirror& m, const std::vector<uint32_t>& keys) {
+std::expected<void, Error> PressAll(FrameMirror& m, const std::vector<uint32_t>& keys) {
   for (uint32_t k : keys)
     if (auto r = m.Key(true, k); !r) return r;
   return {};
 }
 
-std::expected<void, std::string> ReleaseAll(FrameMirror& m, const std::vector<uint32_t>& keys) {
+std::expected<void, Error> ReleaseAll(FrameMirror& m, const std::vector<uint32_t>& keys) {
   for (auto it = keys.rbegin(); it != keys.rend(); ++it)
     if (auto r = m.Key(false, *it); !r) return r;
   return {};
@@ -126,11 +133,11 @@ std::expected<void, std::string> ReleaseAll(FrameMirror& m, const std::vector<ui
 
 }  // namespace
 
-asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const Action& a) {
+asio::awaitable<std::expected<void, Error>> Perform(FrameMirror& m, const Action& a) {
   using T = Action::Type;
   auto here = a.at.value_or(m.pointer());
   uint8_t held = m.buttons();
-  auto run = [&]() -> std::expected<void, std::string> {
+  auto run = [&]() -> std::expected<void, Error> {
     switch (a.type) {
       case T::kMove:
         return m.Pointer(held, here.x, here.y);
@@ -141,7 +148,7 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
       case T::kScroll: {
         if (auto r = m.Pointer(held, here.x, here.y); !r) return r;
         // Wheel buttons: 4 up, 5 down, 6 left, 7 right; one press and release per step.
-        auto steps = [&](int n, uint8_t neg, uint8_t pos) -> std::expected<void, std::string> {
+        auto steps = [&](int n, uint8_t neg, uint8_t pos) -> std::expected<void, Error> {
           uint8_t bit = static_cast<uint8_t>(1u << ((n < 0 ? neg : pos) - 1));
           for (int i = 0; i < std::abs(n); ++i) {
             if (auto r = m.Pointer(held | bit, here.x, here.y); !r) return r;
@@ -172,7 +179,7 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
   switch (a.type) {
     case T::kWait:
       co_await Sleep(a.duration);
-      co_return std::expected<void, std::string>{};
+      co_return std::expected<void, Error>{};
     case T::kHoldKey: {
       if (auto r = PressAll(m, a.keys[0]); !r) co_return r;
       co_await Sleep(a.duration);
@@ -180,7 +187,7 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
     }
     case T::kClick: {
       if (auto r = PressAll(m, a.modifiers); !r) co_return r;
-      auto clicks = [&]() -> asio::awaitable<std::expected<void, std::string>> {
+      auto clicks = [&]() -> asio::awaitable<std::expected<void, Error>> {
         if (auto r = m.Pointer(held, here.x, here.y); !r) co_return r;
         for (int i = 0; i < a.count; ++i) {
           if (i > 0) {
@@ -194,7 +201,7 @@ asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& m, const 
           if (auto r = m.Pointer(held | Bit(a.button), here.x, here.y); !r) co_return r;
           if (auto r = m.Pointer(held, here.x, here.y); !r) co_return r;
         }
-        co_return std::expected<void, std::string>{};
+        co_return std::expected<void, Error>{};
       };
       auto r = co_await clicks();
       auto released = ReleaseAll(m, a.modifiers);

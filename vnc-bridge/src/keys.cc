@@ -10,6 +10,10 @@ namespace deskbox::vnc_bridge {
 
 namespace {
 
+std::unexpected<Error> BadInput(std::string message) {
+  return std::unexpected(Error{ErrorCode::kBadInput, std::move(message)});
+}
+
 std::string Lower(std::string_view s) {
   std::string r(s);
   for (auto& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -190,7 +194,7 @@ std::optional<char32_t> CharacterBeyondAscii(uint32_t keysym) {
   return std::nullopt;
 }
 
-std::expected<std::u32string, std::string> DecodeUtf8(std::string_view s) {
+std::expected<std::u32string, Error> DecodeUtf8(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
@@ -200,28 +204,27 @@ std::expected<std::u32string, std::string> DecodeUtf8(std::string_view s) {
                  : (b >> 4) == 0xe  ? 3
                  : (b >> 3) == 0x1e ? 4
                                     : 0;
-    if (len == 0 || i + len > s.size())
-      return std::unexpected(fmt::format("invalid UTF-8 at byte {}", i));
+    if (len == 0 || i + len > s.size()) return BadInput(fmt::format("invalid UTF-8 at byte {}", i));
     char32_t cp = len == 1 ? b : len == 2 ? (b & 0x1f) : len == 3 ? (b & 0x0f) : (b & 0x07);
     for (size_t k = 1; k < len; ++k) {
       auto c = static_cast<unsigned char>(s[i + k]);
-      if ((c >> 6) != 0x2) return std::unexpected(fmt::format("invalid UTF-8 at byte {}", i));
+      if ((c >> 6) != 0x2) return BadInput(fmt::format("invalid UTF-8 at byte {}", i));
       cp = cp << 6 | (c & 0x3f);
     }
     bool overlong =
         (len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
     if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return std::unexpected(fmt::format("invalid UTF-8 at byte {}", i));
+      return BadInput(fmt::format("invalid UTF-8 at byte {}", i));
     out.push_back(cp);
     i += len;
   }
   return out;
 }
 
-std::expected<uint32_t, std::string> KeysymForName(std::string_view name) {
-  if (name.empty()) return std::unexpected(std::string("empty key name"));
+std::expected<uint32_t, Error> KeysymForName(std::string_view name) {
+  if (name.empty()) return BadInput("empty key name");
   auto cps = DecodeUtf8(name);
-  if (!cps) return std::unexpected(cps.error());
+  if (!cps) return std::unexpected(std::move(cps.error()));
   if (cps->size() == 1) return KeysymForCodePoint((*cps)[0]);
   std::string key = Lower(name);
   std::erase_if(key, [](char c) { return c == '_' || c == '-'; });
@@ -245,10 +248,10 @@ std::expected<uint32_t, std::string> KeysymForName(std::string_view name) {
     auto cp = static_cast<char32_t>(std::stoul(key.substr(2), nullptr, 16));
     if (cp <= 0x10ffff) return KeysymForCodePoint(cp);
   }
-  return std::unexpected(fmt::format("unknown key '{}'", name.substr(0, 64)));
+  return BadInput(fmt::format("unknown key '{}'", name.substr(0, 64)));
 }
 
-std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view combo) {
+std::expected<std::vector<uint32_t>, Error> ParseCombo(std::string_view combo) {
   std::vector<uint32_t> keys;
   size_t i = 0;
   while (i < combo.size()) {
@@ -269,18 +272,17 @@ std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view co
     auto k = KeysymForName(part);
     // A combo of one key is named by the key's own error; a longer one is named first.
     if (!k)
-      return std::unexpected(part.size() == combo.size()
-                                 ? k.error()
-                                 : fmt::format("in '{}': {}", combo.substr(0, 64), k.error()));
+      return BadInput(part.size() == combo.size()
+                          ? k.error().message
+                          : fmt::format("in '{}': {}", combo.substr(0, 64), k.error().message));
     keys.push_back(*k);
     if (keys.size() > 8)
-      return std::unexpected(fmt::format("'{}' has more than 8 keys", combo.substr(0, 64)));
+      return BadInput(fmt::format("'{}' has more than 8 keys", combo.substr(0, 64)));
     if (plus == std::string_view::npos) break;
     i = plus + 1;
-    if (i == combo.size())
-      return std::unexpected(fmt::format("'{}' ends with '+'", combo.substr(0, 64)));
+    if (i == combo.size()) return BadInput(fmt::format("'{}' ends with '+'", combo.substr(0, 64)));
   }
-  if (keys.empty()) return std::unexpected(std::string("empty key combo"));
+  if (keys.empty()) return BadInput("empty key combo");
   // The guest's X server produces exactly the keysym it is sent, whatever modifiers are down:
   // with shift in the combo a letter goes as its capital ("shift+x" types X, as in xdotool).
   bool shift = false;
@@ -295,8 +297,7 @@ std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view co
   return keys;
 }
 
-std::expected<std::vector<std::vector<uint32_t>>, std::string> ParseKeySequence(
-    std::string_view keys) {
+std::expected<std::vector<std::vector<uint32_t>>, Error> ParseKeySequence(std::string_view keys) {
   std::vector<std::vector<uint32_t>> seq;
   size_t i = 0;
   while (i < keys.size()) {
@@ -305,17 +306,16 @@ std::expected<std::vector<std::vector<uint32_t>>, std::string> ParseKeySequence(
     size_t end = keys.find(' ', i);
     auto c = ParseCombo(
         keys.substr(i, end == std::string_view::npos ? std::string_view::npos : end - i));
-    if (!c) return std::unexpected(c.error());
+    if (!c) return std::unexpected(std::move(c.error()));
     seq.push_back(std::move(*c));
-    if (seq.size() > 64)
-      return std::unexpected(std::string("more than 64 key combos in one action"));
+    if (seq.size() > 64) return BadInput("more than 64 key combos in one action");
     if (end == std::string_view::npos) break;
     i = end;
   }
   if (seq.empty()) {
     // A lone space is the space key.
     if (!keys.empty()) return std::vector<std::vector<uint32_t>>{{0x20}};
-    return std::unexpected(std::string("no key given"));
+    return BadInput("no key given");
   }
   return seq;
 }

@@ -20,6 +20,10 @@ namespace {
 constexpr const char* kLog = "vnc-bridge";
 constexpr size_t kMaxPendingOutput = 1 << 20;  // input the guest has not read yet
 constexpr size_t kHistory = 512;
+
+Error NotReading() {
+  return {ErrorCode::kTooLarge, "the guest's screen stopped reading input"};
+}
 }  // namespace
 
 FrameMirror::FrameMirror(asio::any_io_executor executor, Connector connect, std::string name)
@@ -41,7 +45,7 @@ void FrameMirror::Start() {
 void FrameMirror::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  last_error_ = "the screen mirror was stopped";
+  last_error_ = {ErrorCode::kClosed, "the screen mirror was stopped"};
   if (socket_) {
     boost::system::error_code ignored;
     socket_->close(ignored);
@@ -70,13 +74,13 @@ asio::awaitable<void> FrameMirror::Run() {
     auto sock = co_await connect_();
     if (stopped_) break;
     if (!sock) {
-      last_error_ = sock.error();
+      last_error_ = std::move(sock.error());
     } else {
       ++connects_;
       auto ended = co_await Session(*sock);
-      if (!ended) last_error_ = ended.error();
+      if (!ended) last_error_ = std::move(ended.error());
       if (stopped_) break;
-      log::Info(kLog, "{}: screen connection ended ({}); reconnecting", name_, last_error_);
+      log::Info(kLog, "{}: screen connection ended ({}); reconnecting", name_, last_error_.message);
       delay = 100ms;
     }
     Notify();
@@ -88,15 +92,14 @@ asio::awaitable<void> FrameMirror::Run() {
   Notify();
 }
 
-asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
-    asio::ip::tcp::socket& sock_in) {
+asio::awaitable<std::expected<void, Error>> FrameMirror::Session(asio::ip::tcp::socket& sock_in) {
   socket_ = std::make_shared<asio::ip::tcp::socket>(std::move(sock_in));
   boost::system::error_code ignored;
   socket_->set_option(asio::ip::tcp::no_delay(true), ignored);
   client_ = std::make_unique<RfbClient>();
   pending_.clear();
   std::vector<uint8_t> buf(256 * 1024);
-  std::expected<void, std::string> result;
+  std::expected<void, Error> result;
   auto sock = socket_;
   for (;;) {
     boost::system::error_code ec;
@@ -106,8 +109,9 @@ asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
       bool was_ready = client_->ready();
       uint32_t fence_before = client_->fence_answered();
       if (auto r = client_->Feed(std::span<const uint8_t>(buf.data(), n)); !r) {
-        result = std::unexpected("the guest's screen broke the protocol: " + r.error());
-        log::Warn(kLog, "{}: {}", name_, result.error());
+        result = std::unexpected(
+            Error{r.error().code, "the guest's screen broke the protocol: " + r.error().message});
+        log::Warn(kLog, "{}: {}", name_, result.error().message);
         break;
       }
       auto updates = client_->TakeUpdates();
@@ -132,11 +136,16 @@ asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
         Notify();
     }
     if (ec) {
-      result = std::unexpected(stopped_ ? std::string("stopped") : "connection: " + ec.message());
+      // The guest ending the connection closes the session; any other failure is an I/O error.
+      if (stopped_)
+        result = std::unexpected(Error{ErrorCode::kClosed, "stopped"});
+      else
+        result = std::unexpected(Error{ec == asio::error::eof ? ErrorCode::kClosed : ErrorCode::kIo,
+                                       "connection: " + ec.message()});
       break;
     }
     if (pending_.size() > kMaxPendingOutput) {
-      result = std::unexpected(std::string("the guest's screen stopped reading input"));
+      result = std::unexpected(NotReading());
       break;
     }
   }
@@ -145,6 +154,11 @@ asio::awaitable<std::expected<void, std::string>> FrameMirror::Session(
   client_.reset();
   pending_.clear();
   co_return result;
+}
+
+Error FrameMirror::NotReady() const {
+  if (last_error_.message.empty()) return {ErrorCode::kClosed, "the screen is not connected"};
+  return last_error_;
 }
 
 void FrameMirror::Flush() {
@@ -172,12 +186,9 @@ asio::awaitable<void> FrameMirror::WriteLoop(std::shared_ptr<asio::ip::tcp::sock
   if (socket_ && socket_ != sock && !pending_.empty()) Flush();
 }
 
-std::expected<void, std::string> FrameMirror::Pointer(uint8_t buttons, uint32_t x, uint32_t y) {
-  if (!ready())
-    return std::unexpected(last_error_.empty() ? std::string("the screen is not connected")
-                                               : last_error_);
-  if (pending_.size() > kMaxPendingOutput)
-    return std::unexpected(std::string("the guest's screen stopped reading input"));
+std::expected<void, Error> FrameMirror::Pointer(uint8_t buttons, uint32_t x, uint32_t y) {
+  if (!ready()) return std::unexpected(NotReady());
+  if (pending_.size() > kMaxPendingOutput) return std::unexpected(NotReading());
   const auto& fb = client_->framebuffer();
   x = std::min(x, fb.width - 1);
   y = std::min(y, fb.height - 1);
@@ -189,12 +200,9 @@ std::expected<void, std::string> FrameMirror::Pointer(uint8_t buttons, uint32_t 
   return {};
 }
 
-std::expected<void, std::string> FrameMirror::Key(bool down, uint32_t keysym) {
-  if (!ready())
-    return std::unexpected(last_error_.empty() ? std::string("the screen is not connected")
-                                               : last_error_);
-  if (pending_.size() > kMaxPendingOutput)
-    return std::unexpected(std::string("the guest's screen stopped reading input"));
+std::expected<void, Error> FrameMirror::Key(bool down, uint32_t keysym) {
+  if (!ready()) return std::unexpected(NotReady());
+  if (pending_.size() > kMaxPendingOutput) return std::unexpected(NotReading());
   client_->KeyEvent(down, keysym);
   Flush();
   return {};
@@ -218,19 +226,20 @@ asio::awaitable<bool> FrameMirror::Sync(std::chrono::milliseconds timeout) {
   co_return !stopped_ && client_ && connects_ == connection;
 }
 
-asio::awaitable<std::expected<void, std::string>> FrameMirror::WaitReady(
+asio::awaitable<std::expected<void, Error>> FrameMirror::WaitReady(
     std::chrono::milliseconds timeout) {
   auto self = shared_from_this();
   auto deadline = Clock::now() + timeout;
   while (!ready()) {
     if (stopped_) co_return std::unexpected(last_error_);
     if (Clock::now() >= deadline)
-      co_return std::unexpected(fmt::format("the screen did not answer within {} ms{}",
-                                            timeout.count(),
-                                            last_error_.empty() ? "" : " (" + last_error_ + ")"));
+      co_return std::unexpected(
+          Error{ErrorCode::kTimeout,
+                fmt::format("the screen did not answer within {} ms{}", timeout.count(),
+                            last_error_.message.empty() ? "" : " (" + last_error_.message + ")")});
     co_await WaitChange(deadline);
   }
-  co_return std::expected<void, std::string>{};
+  co_return std::expected<void, Error>{};
 }
 
 asio::awaitable<bool> FrameMirror::WaitUpdate(uint64_t after_seq,

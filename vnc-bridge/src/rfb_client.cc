@@ -177,20 +177,21 @@ void RfbClient::EndUpdate() {
   RequestUpdate(!resized);
 }
 
-std::expected<void, std::string> RfbClient::EndRect() {
+std::expected<void, Error> RfbClient::EndRect() {
   state_ = State::kRectHeader;
   want_ = 12;
   if (--rects_left_ == 0) {
     EndUpdate();
     if (state_ == State::kFailed)
-      return std::unexpected(std::string("the server did not send the whole screen"));
+      return std::unexpected(
+          Error{ErrorCode::kProtocol, "the server did not send the whole screen"});
   }
   return {};
 }
 
-std::expected<void, std::string> RfbClient::Feed(std::span<const uint8_t> bytes) {
+std::expected<void, Error> RfbClient::Feed(std::span<const uint8_t> bytes) {
   if (state_ == State::kFailed)
-    return std::unexpected(std::string("the session has already failed"));
+    return std::unexpected(Error{ErrorCode::kClosed, "the session has already failed"});
   size_t i = 0;
   while (i < bytes.size()) {
     if (state_ == State::kRectPixels) {
@@ -224,7 +225,8 @@ std::expected<void, std::string> RfbClient::Feed(std::span<const uint8_t> bytes)
       if (skip_left_ == 0) {
         if (state_ == State::kFailureReason) {
           state_ = State::kFailed;
-          return std::unexpected("the server refused the connection: " + name_);
+          return std::unexpected(
+              Error{ErrorCode::kRefused, "the server refused the connection: " + name_});
         }
         if (state_ == State::kName) SendSetup();
         state_ = State::kMessageType;
@@ -248,16 +250,20 @@ std::expected<void, std::string> RfbClient::Feed(std::span<const uint8_t> bytes)
   return {};
 }
 
-std::expected<void, std::string> RfbClient::Step() {
+std::expected<void, Error> RfbClient::Step() {
   const uint8_t* b = buf_.data();
-  auto fail = [](std::string m) { return std::unexpected(std::move(m)); };
+  auto fail = [](ErrorCode code, std::string m) {
+    return std::unexpected(Error{code, std::move(m)});
+  };
   switch (state_) {
     case State::kVersion: {
       if (std::memcmp(b, "RFB 003.", 8) != 0 || b[11] != '\n' || !std::isdigit(b[8]) ||
           !std::isdigit(b[9]) || !std::isdigit(b[10]))
-        return fail("not an RFB server");
+        return fail(ErrorCode::kProtocol, "not an RFB server");
       int minor = (b[8] - '0') * 100 + (b[9] - '0') * 10 + (b[10] - '0');
-      if (minor < 8) return fail(fmt::format("RFB 3.{} is too old (3.8 needed)", minor));
+      if (minor < 8)
+        return fail(ErrorCode::kUnsupported,
+                    fmt::format("RFB 3.{} is too old (3.8 needed)", minor));
       out_ += "RFB 003.008\n";
       state_ = State::kSecurityCount;
       want_ = 1;
@@ -276,7 +282,7 @@ std::expected<void, std::string> RfbClient::Step() {
       return {};
     case State::kSecurityTypes:
       if (std::find(b, b + security_count_, 1) == b + security_count_)
-        return fail("the server offers no security type 'None'");
+        return fail(ErrorCode::kUnsupported, "the server offers no security type 'None'");
       out_.push_back(1);
       state_ = State::kSecurityResult;
       want_ = 4;
@@ -289,8 +295,9 @@ std::expected<void, std::string> RfbClient::Step() {
           want_ = 4;
           return {};
         }
-        if (v > kMaxServerText) return fail("the server refused the connection (reason too long)");
-        if (v == 0) return fail("the server refused the connection");
+        if (v > kMaxServerText)
+          return fail(ErrorCode::kRefused, "the server refused the connection (reason too long)");
+        if (v == 0) return fail(ErrorCode::kRefused, "the server refused the connection");
         skip_left_ = v;
         name_.clear();
         state_ = State::kFailureReason;
@@ -304,8 +311,9 @@ std::expected<void, std::string> RfbClient::Step() {
     case State::kServerInit: {
       uint32_t w = U16(b), h = U16(b + 2), name_len = U32(b + 20);
       if (w == 0 || h == 0 || w > kMaxScreenSide || h > kMaxScreenSide)
-        return fail(fmt::format("screen size {}x{} is out of range", w, h));
-      if (name_len > kMaxServerText) return fail("desktop name too long");
+        return fail(w == 0 || h == 0 ? ErrorCode::kProtocol : ErrorCode::kTooLarge,
+                    fmt::format("screen size {}x{} is out of range", w, h));
+      if (name_len > kMaxServerText) return fail(ErrorCode::kTooLarge, "desktop name too long");
       fb_.width = w;
       fb_.height = h;
       fb_.bgrx.assign(size_t{w} * h * 4, 0);
@@ -342,7 +350,7 @@ std::expected<void, std::string> RfbClient::Step() {
           want_ = 8;
           return {};
         default:
-          return fail(fmt::format("unknown server message type {}", b[0]));
+          return fail(ErrorCode::kUnsupported, fmt::format("unknown server message type {}", b[0]));
       }
     case State::kUpdateHeader:
       rects_left_ = U16(b + 1);
@@ -359,7 +367,8 @@ std::expected<void, std::string> RfbClient::Step() {
       int32_t encoding = static_cast<int32_t>(U32(b + 8));
       if (encoding == kEncodingDesktopSize) {
         if (r.w == 0 || r.h == 0 || r.w > kMaxScreenSide || r.h > kMaxScreenSide)
-          return fail(fmt::format("new screen size {}x{} is out of range", r.w, r.h));
+          return fail(r.w == 0 || r.h == 0 ? ErrorCode::kProtocol : ErrorCode::kTooLarge,
+                      fmt::format("new screen size {}x{} is out of range", r.w, r.h));
         fb_.width = r.w;
         fb_.height = r.h;
         fb_.bgrx.assign(size_t{r.w} * r.h * 4, 0);
@@ -369,9 +378,11 @@ std::expected<void, std::string> RfbClient::Step() {
         return EndRect();
       }
       if (encoding != kEncodingRaw && encoding != kEncodingCopyRect)
-        return fail(fmt::format("the server used encoding {}, which was not asked for", encoding));
+        return fail(ErrorCode::kUnsupported,
+                    fmt::format("the server used encoding {}, which was not asked for", encoding));
       if (uint64_t{r.x} + r.w > fb_.width || uint64_t{r.y} + r.h > fb_.height)
-        return fail(fmt::format("rectangle {}x{}+{}+{} is outside the {}x{} screen", r.w, r.h, r.x,
+        return fail(ErrorCode::kProtocol,
+                    fmt::format("rectangle {}x{}+{}+{} is outside the {}x{} screen", r.w, r.h, r.x,
                                 r.y, fb_.width, fb_.height));
       rect_ = r;
       AddDamage(r);
@@ -390,6 +401,7 @@ std::expected<void, std::string> RfbClient::Step() {
       uint32_t sx = U16(b), sy = U16(b + 2);
       if (uint64_t{sx} + rect_.w > fb_.width || uint64_t{sy} + rect_.h > fb_.height)
         return fail(
+            ErrorCode::kProtocol,
             fmt::format("copy source {}x{}+{}+{} is outside the screen", rect_.w, rect_.h, sx, sy));
       covered_ += rect_.area();
       const size_t row = size_t{rect_.w} * 4;
@@ -415,7 +427,7 @@ std::expected<void, std::string> RfbClient::Step() {
     }
     case State::kCutTextHeader: {
       uint32_t len = U32(b + 3);
-      if (len > kMaxServerText) return fail("server cut text too long");
+      if (len > kMaxServerText) return fail(ErrorCode::kTooLarge, "server cut text too long");
       skip_left_ = len;
       state_ = len ? State::kCutText : State::kMessageType;
       want_ = 1;
@@ -425,7 +437,8 @@ std::expected<void, std::string> RfbClient::Step() {
       fence_flags_ = U32(b + 3);
       uint8_t len = b[7];
       if (len > kMaxFencePayload)
-        return fail(fmt::format("fence payload of {} bytes (at most {})", len, kMaxFencePayload));
+        return fail(ErrorCode::kTooLarge,
+                    fmt::format("fence payload of {} bytes (at most {})", len, kMaxFencePayload));
       if (len == 0) {
         EndFence({});
       } else {
@@ -438,7 +451,7 @@ std::expected<void, std::string> RfbClient::Step() {
       EndFence(std::span<const uint8_t>(b, want_));
       return {};
     default:
-      return fail("internal: unexpected state");
+      return fail(ErrorCode::kProtocol, "internal: unexpected state");
   }
 }
 

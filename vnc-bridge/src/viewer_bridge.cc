@@ -103,7 +103,8 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
   }
   auto guest = co_await DialGreeted(sandbox_id);
   if (!guest) {
-    co_await http_error(502, "guest_error", "cannot reach the sandbox's screen: " + guest.error());
+    co_await http_error(502, "guest_error",
+                        "cannot reach the sandbox's screen: " + guest.error().message);
     co_return;
   }
   // noVNC may ask for the "binary" subprotocol (older versions always did): agree to it.
@@ -124,11 +125,11 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
   boost::system::error_code ec;
   co_await viewer.async_accept(request, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
-    guest->first.close(ec);
+    guest->socket.close(ec);
     co_return;
   }
-  auto s = std::make_shared<Session>(std::move(viewer), std::move(guest->first), may_control, executor_);
-  s->greeting = std::move(guest->second);
+  auto s = std::make_shared<Session>(std::move(viewer), std::move(guest->socket), may_control, executor_);
+  s->greeting = std::move(guest->greeting);
   s->sandbox_id = sandbox_id;
   s->actor = actor;
   s->request_id = request_id;
@@ -171,8 +172,9 @@ asio::awaitable<void> ViewerBridge::ViewerToGuest(std::shared_ptr<Session> s) {
     s->pending.clipboard += counts.clipboard;
     Report(*s, false);
     if (!fed) {
-      log::Warn(kLog, "sandbox {}: viewer {} refused: {}", s->sandbox_id, s->actor.id(), fed.error());
-      if (s->close_reason.empty()) s->close_reason = fed.error();
+      log::Warn(kLog, "sandbox {}: viewer {} refused: {}", s->sandbox_id, s->actor.id(),
+                fed.error().message);
+      if (s->close_reason.empty()) s->close_reason = fed.error().message;
       boost::system::error_code cec;
       s->guest.close(cec);  // GuestToViewer ends and closes the viewer with the reason
       guest_ok = false;
@@ -232,7 +234,7 @@ asio::awaitable<void> ViewerBridge::GuestToViewer(std::shared_ptr<Session> s) {
   co_await s->viewer.async_close(reason, asio::redirect_error(asio::use_awaitable, cec));
 }
 
-asio::awaitable<std::expected<std::pair<asio::ip::tcp::socket, std::string>, std::string>> ViewerBridge::DialGreeted(
+asio::awaitable<std::expected<ViewerBridge::Greeted, Error>> ViewerBridge::DialGreeted(
     const std::string& sandbox_id) {
   // Xvnc listens with a backlog of 5 and, emulated, accepts slowly: a burst of connections
   // overflows its accept queue, and a connection the kernel completed on our side but never
@@ -244,11 +246,13 @@ asio::awaitable<std::expected<std::pair<asio::ip::tcp::socket, std::string>, std
   asio::steady_timer timer(executor_);
   auto deadline = std::chrono::steady_clock::now() + options_.write_timeout;
   while (dials_[sandbox_id] >= kMaxDialsInFlight) {
-    if (std::chrono::steady_clock::now() > deadline) co_return std::unexpected(std::string("too many viewers connecting"));
+    // The bound on dials in flight did not free a place in time.
+    if (std::chrono::steady_clock::now() > deadline)
+      co_return std::unexpected(Error{ErrorCode::kTooLarge, "too many viewers connecting"});
     timer.expires_after(20ms);
     boost::system::error_code ec;
     co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (!*alive) co_return std::unexpected(std::string("deskboxd is stopping"));
+    if (!*alive) co_return std::unexpected(Error{ErrorCode::kClosed, "deskboxd is stopping"});
   }
   ++dials_[sandbox_id];
   struct Release {
@@ -260,10 +264,10 @@ asio::awaitable<std::expected<std::pair<asio::ip::tcp::socket, std::string>, std
       if (--dials[id] == 0) dials.erase(id);
     }
   } release{dials_, sandbox_id, alive};
-  std::string last;
+  Error last{ErrorCode::kTimeout, ""};
   for (int attempt = 1; attempt <= kAttempts; ++attempt) {
     auto sock = co_await dialer_(sandbox_id);
-    if (!sock) co_return std::unexpected(sock.error());
+    if (!sock) co_return std::unexpected(std::move(sock.error()));
     // The greeting ("RFB 003.008\n") within the greeting timeout.
     std::string greeting(12, '\0');
     bool expired = false;
@@ -277,13 +281,17 @@ asio::awaitable<std::expected<std::pair<asio::ip::tcp::socket, std::string>, std
     boost::system::error_code ec;
     size_t n = co_await asio::async_read(*sock, asio::buffer(greeting), asio::redirect_error(asio::use_awaitable, ec));
     timer.cancel();
-    if (!ec) co_return std::pair{std::move(*sock), greeting.substr(0, n)};
-    last = expired ? "no greeting from the screen" : ec.message();
-    log::Warn(kLog, "sandbox {}: viewer connection {} of {}: {}", sandbox_id, attempt, kAttempts, last);
+    if (!ec) co_return Greeted{std::move(*sock), greeting.substr(0, n)};
+    if (expired)
+      last = {ErrorCode::kTimeout, "no greeting from the screen"};
+    else
+      last = {ec == asio::error::eof ? ErrorCode::kClosed : ErrorCode::kIo, ec.message()};
+    log::Warn(kLog, "sandbox {}: viewer connection {} of {}: {}", sandbox_id, attempt, kAttempts,
+              last.message);
     boost::system::error_code cec;
     sock->close(cec);
   }
-  co_return std::unexpected(last);
+  co_return std::unexpected(std::move(last));
 }
 
 void ViewerBridge::CloseSandbox(const std::string& sandbox_id, const std::string& reason) {

@@ -25,20 +25,22 @@
 #include <set>
 #include <string>
 
+#include "cdp_proxy/error.h"
 #include "recorder/event_sink.h"
 #include "vmhost/devtools_http.h"
 
 namespace deskbox::cdp_proxy {
 
-// Opens TCP connections to a sandbox's guest CDP port (inside its netns).
+// Opens TCP connections to a sandbox's guest CDP port (inside its netns). Errors: kClosed (the
+// sandbox is not running), kGuest (the guest refused), kTimeout, kIo (no socket was made).
 class GuestDialer {
  public:
   virtual ~GuestDialer() = default;
-  virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdp(
+  virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, Error>> DialCdp(
       const std::string& sandbox_id) = 0;
   // A connection for GET /json/version only, which the browser process answers and no page
   // does: a dialer that holds page access back (while pages reload) may let it through earlier.
-  virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>> DialCdpVersion(
+  virtual boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, Error>> DialCdpVersion(
       const std::string& sandbox_id) {
     return DialCdp(sandbox_id);
   }
@@ -63,8 +65,10 @@ class CdpProxy {
 
   // One request to the guest's DevTools HTTP endpoint (e.g. GET /json/list), through
   // vmhost::DevToolsHttp: head and body capped (kMaxGuestJson), options.guest_timeout for the
-  // exchange. Any status is an answer; the error says why there is none.
-  boost::asio::awaitable<std::expected<GuestHttpAnswer, std::string>> GuestHttp(
+  // exchange. Any status is an answer; the error says why there is none: the dialer's, or
+  // kIo (sending), kClosed (the answer cut short), kTimeout, kGuest (no usable HTTP answer),
+  // kBadTarget.
+  boost::asio::awaitable<std::expected<GuestHttpAnswer, Error>> GuestHttp(
       const std::string& sandbox_id, boost::beast::http::verb method, const std::string& target);
 
   // Takes over an HTTP connection whose request asks for a WebSocket upgrade, opens the guest

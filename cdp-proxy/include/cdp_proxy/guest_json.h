@@ -2,12 +2,14 @@
 // What the guest's Chromium answers on /json/* is hostile input: it is parsed with a size cap,
 // only known fields of the expected types are kept, target ids must look like target ids, and
 // every URL that points back at the browser is rebuilt from deskbox's own public URL — never
-// from what the guest wrote.
+// from what the guest wrote. What cannot be made safe is refused with kBadJson.
 #include <cstddef>
 #include <expected>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "cdp_proxy/error.h"
 
 namespace deskbox::cdp_proxy {
 
@@ -32,11 +34,14 @@ struct VersionInfo {
   std::string browser_id;
   nlohmann::json body;
 };
-std::expected<VersionInfo, std::string> SanitizeVersion(std::string_view guest_body, const PublicUrls& urls);
+std::expected<VersionInfo, Error> SanitizeVersion(std::string_view guest_body,
+                                                  const PublicUrls& urls);
 
 // /json/list (an array) or /json/new (one object) → the same shape, sanitized and rewritten.
-std::expected<nlohmann::json, std::string> SanitizeTargets(std::string_view guest_body, const PublicUrls& urls);
-std::expected<nlohmann::json, std::string> SanitizeTarget(std::string_view guest_body, const PublicUrls& urls);
+std::expected<nlohmann::json, Error> SanitizeTargets(std::string_view guest_body,
+                                                     const PublicUrls& urls);
+std::expected<nlohmann::json, Error> SanitizeTarget(std::string_view guest_body,
+                                                    const PublicUrls& urls);
 
 // The "method" (and "sessionId") of a client→browser CDP message, found without trusting the
 // message to be small or well-formed. Empty when there is none.

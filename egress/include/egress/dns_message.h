@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "egress/error.h"
+
 namespace deskbox::egress::dns {
 
 inline constexpr uint16_t kTypeA = 1, kTypeCname = 5, kTypeTxt = 16, kTypeAaaa = 28, kTypeOpt = 41,
@@ -34,14 +36,15 @@ struct Query {
 };
 
 // A guest's query: QR=0, opcode QUERY, exactly one question, no answer/authority records, at
-// most one additional record which must be OPT. Anything else is an error naming the problem
-// (the responder answers FORMERR/NOTIMP when at least the header could be read: see HeaderId).
-std::expected<Query, std::string> ParseQuery(std::span<const uint8_t> message);
+// most one additional record which must be OPT. Anything else is an error naming the problem,
+// kTruncated when the message ends early, else kMalformed (the responder answers FORMERR/NOTIMP
+// when at least the header could be read: see HeaderId).
+std::expected<Query, Error> ParseQuery(std::span<const uint8_t> message);
 
 // The id of a message whose 12-byte header is present (to answer FORMERR to garbage), else nullopt
 // semantics through expected. Responses (QR=1) are an error too: answering them could start an
 // endless exchange with another responder.
-std::expected<uint16_t, std::string> HeaderId(std::span<const uint8_t> message);
+std::expected<uint16_t, Error> HeaderId(std::span<const uint8_t> message);
 
 struct Record {
   boost::asio::ip::address address;  // A → v4, AAAA → v6
@@ -71,8 +74,8 @@ struct Response {
 // The upstream resolver's answer to BuildQuery(id, name, qtype): checks QR=1, the id and that
 // the question section echoes name/qtype/IN; records of other names, types or classes are
 // ignored; CNAMEs are followed from `name` (at most 8).
-std::expected<Response, std::string> ParseResponse(std::span<const uint8_t> message, uint16_t id,
-                                                   std::string_view name, uint16_t qtype);
+std::expected<Response, Error> ParseResponse(std::span<const uint8_t> message, uint16_t id,
+                                             std::string_view name, uint16_t qtype);
 
 // "A", "AAAA", "TXT", ... or the number.
 std::string TypeName(uint16_t qtype);

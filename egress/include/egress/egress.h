@@ -22,14 +22,15 @@
 #include <cstdint>
 #include <expected>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/unique_fd.h"
 #include "egress/dns_message.h"
+#include "egress/error.h"
 #include "egress/policy.h"
 #include "recorder/event_sink.h"
 
@@ -56,8 +57,9 @@ struct EgressOptions {
 class UplinkSockets {
  public:
   virtual ~UplinkSockets() = default;
-  virtual boost::asio::awaitable<std::expected<std::vector<UniqueFd>, std::string>> Open(bool ipv6, bool udp,
-                                                                                        unsigned count) = 0;
+  // `count` sockets, or why there are none (kIo, or kTimeout when the jailer did not answer).
+  virtual boost::asio::awaitable<std::expected<std::vector<UniqueFd>, Error>> Open(
+      bool ipv6, bool udp, unsigned count) = 0;
 };
 
 // The sandbox side, bound by the jailer inside the sandbox's netns.
@@ -94,14 +96,17 @@ class Egress {
   const EgressOptions& options() const { return options_; }
 
   // The upstream resolver, cached (TTL, at most 5 minutes; NXDOMAIN 5 s; at most 4096 entries).
-  boost::asio::awaitable<std::expected<dns::Response, std::string>> Resolve(std::string name, uint16_t qtype);
+  // When every resolver fails, the error is the last one's: kRefused, kUpstream, kTimeout, kIo;
+  // kUpstream when none is configured, kStopping when the Egress is destroyed meanwhile.
+  boost::asio::awaitable<std::expected<dns::Response, Error>> Resolve(std::string name,
+                                                                      uint16_t qtype);
 
   struct Sandbox;
   struct Connection;
 
  private:
-  boost::asio::awaitable<std::expected<UniqueFd, std::string>> TakeUplink(bool ipv6, bool udp);
-  boost::asio::awaitable<std::expected<dns::Response, std::string>> QueryUpstream(
+  boost::asio::awaitable<std::expected<UniqueFd, Error>> TakeUplink(bool ipv6, bool udp);
+  boost::asio::awaitable<std::expected<dns::Response, Error>> QueryUpstream(
       const std::string& name, uint16_t qtype, const boost::asio::ip::udp::endpoint& server);
   boost::asio::awaitable<void> AcceptLoop(std::shared_ptr<Sandbox> sb, bool v6);
   boost::asio::awaitable<void> DnsLoop(std::shared_ptr<Sandbox> sb, bool v6);

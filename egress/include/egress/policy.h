@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "egress/error.h"
+
 namespace deskbox::egress {
 
 struct Cidr {
@@ -32,7 +34,7 @@ struct Cidr {
   std::string ToString() const;
 };
 // "10.0.0.0/8", "10.1.2.3" (= /32), "2001:db8::/32", "::1" (= /128). Host bits must be zero.
-std::expected<Cidr, std::string> ParseCidr(std::string_view text);
+std::expected<Cidr, Error> ParseCidr(std::string_view text);
 
 // The IPv4 address a v6 address stands for: v4-mapped (::ffff:a.b.c.d) or under the NAT64
 // well-known prefix (64:ff9b::a.b.c.d); nullopt for others.
@@ -56,7 +58,7 @@ struct Rule {
   bool MatchesPort(uint16_t port) const;
   bool AllPorts() const { return ports.empty(); }
 };
-std::expected<Rule, std::string> ParseRule(std::string_view text);
+std::expected<Rule, Error> ParseRule(std::string_view text);
 
 enum class DefaultAction { kDeny, kAllow };
 
@@ -69,9 +71,9 @@ struct Policy {
 };
 
 // {"default": "deny"|"allow", "allow": [rule...], "deny": [rule...]}; every field optional
-// ("default" falls back to `fallback`); unknown fields are refused. Errors name the field:
-// "egress.allow[2]: ...".
-std::expected<Policy, std::string> ParsePolicy(const nlohmann::json& j, DefaultAction fallback);
+// ("default" falls back to `fallback`); unknown fields are refused. Errors (kBadPolicy, as are
+// ParseRule's and ParseCidr's) name the field: "egress.allow[2]: ...".
+std::expected<Policy, Error> ParsePolicy(const nlohmann::json& j, DefaultAction fallback);
 nlohmann::json PolicyJson(const Policy& p);
 
 struct Verdict {

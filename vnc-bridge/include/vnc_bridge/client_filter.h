@@ -19,6 +19,8 @@
 #include <span>
 #include <string>
 
+#include "vnc_bridge/error.h"
+
 namespace deskbox::vnc_bridge {
 
 inline constexpr uint32_t kMaxViewerCutText = 1u << 20;  // ClientCutText / extended clipboard
@@ -37,9 +39,10 @@ class ClientFilter {
 
   explicit ClientFilter(bool may_control) : may_control_(may_control) {}
 
-  // Parses `in` and appends what may reach the guest to `out`. After an error the filter stays
-  // failed and the connection must be closed.
-  std::expected<void, std::string> Feed(std::span<const uint8_t> in, std::string& out);
+  // Parses `in` and appends what may reach the guest to `out`. After an error (kUnsupported: a
+  // version, security type or message not offered; kTooLarge: a field over its cap) the filter
+  // stays failed, feeding it more is kClosed, and the connection must be closed.
+  std::expected<void, Error> Feed(std::span<const uint8_t> in, std::string& out);
 
   Counts TakeCounts() {
     Counts c = counts_;
@@ -52,11 +55,11 @@ class ClientFilter {
 
  private:
   enum class State { kVersion, kSecurity, kClientInit, kMessage, kBody, kSkip, kFailed };
-  std::expected<void, std::string> Fail(std::string why);
+  std::expected<void, Error> Fail(ErrorCode code, std::string why);
   // With the first `have_` bytes of a message in `head_`: how long the fixed part is (0 = need
   // more bytes to know), or an error.
-  std::expected<size_t, std::string> HeaderLength() const;
-  std::expected<void, std::string> Complete(std::string& out);
+  std::expected<size_t, Error> HeaderLength() const;
+  std::expected<void, Error> Complete(std::string& out);
 
   bool may_control_;
   State state_ = State::kVersion;

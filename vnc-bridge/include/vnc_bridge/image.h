@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "vnc_bridge/error.h"
 #include "vnc_bridge/rfb_client.h"
 
 namespace deskbox::vnc_bridge {
@@ -17,12 +18,13 @@ struct RgbImage {
 // The `crop` region of `fb` (the whole screen when its size is 0), scaled to `width`×`height`
 // (0 = the crop's own size). Scaling down averages the source pixels each output pixel covers,
 // so text stays legible; scaling up repeats pixels. Errors: an empty framebuffer, a crop
-// outside it, a size above kMaxScreenSide.
-std::expected<RgbImage, std::string> Render(const Framebuffer& fb, Rect crop, uint32_t width,
-                                            uint32_t height);
+// outside it (kBadInput), a size above kMaxScreenSide (kTooLarge).
+std::expected<RgbImage, Error> Render(const Framebuffer& fb, Rect crop, uint32_t width,
+                                      uint32_t height);
 
-// PNG: 8-bit RGB, zlib level 1. JPEG: libjpeg-turbo, 4:2:0, `quality` 1..100.
-std::expected<std::string, std::string> EncodePng(const RgbImage& image);
-std::expected<std::string, std::string> EncodeJpeg(const RgbImage& image, int quality);
+// PNG: 8-bit RGB, zlib level 1. JPEG: libjpeg-turbo, 4:2:0, `quality` 1..100. Errors: an empty
+// image (kBadInput), the encoder's failure (kEncode).
+std::expected<std::string, Error> EncodePng(const RgbImage& image);
+std::expected<std::string, Error> EncodeJpeg(const RgbImage& image, int quality);
 
 }  // namespace deskbox::vnc_bridge

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "vnc_bridge/error.h"
 #include "vnc_bridge/mirror.h"
 
 namespace deskbox::vnc_bridge {
@@ -54,12 +55,12 @@ struct Action {
 
 const char* ToString(Action::Type t);
 
-// Checks the limits above and that points lie on a `width`×`height` screen.
-std::expected<void, std::string> Validate(const Action& a, uint32_t width, uint32_t height);
+// Checks the limits above and that points lie on a `width`×`height` screen (kBadInput).
+std::expected<void, Error> Validate(const Action& a, uint32_t width, uint32_t height);
 
 // Sends the input for `a` (pacing drags so that applications see the motion). Returns when the
-// last event is queued to the guest, after any wait or hold.
-boost::asio::awaitable<std::expected<void, std::string>> Perform(FrameMirror& mirror,
-                                                                 const Action& a);
+// last event is queued to the guest, after any wait or hold. Errors are the mirror's
+// (FrameMirror::Pointer and Key).
+boost::asio::awaitable<std::expected<void, Error>> Perform(FrameMirror& mirror, const Action& a);
 
 }  // namespace deskbox::vnc_bridge

@@ -8,12 +8,16 @@
 // included, whatever the guest's keyboard layout; "\n" is Return and "\t" is Tab. The API types
 // only ASCII this way and pastes the rest (docs/computer-use.md): Chromium loads the keymap Xvnc
 // changed only after the key press that changed it, and could drop that character.
+//
+// Every error here is kBadInput, its message naming the key or the byte.
 #include <cstdint>
 #include <expected>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "vnc_bridge/error.h"
 
 namespace deskbox::vnc_bridge {
 
@@ -27,15 +31,14 @@ inline constexpr uint32_t kKeysymTab = 0xff09;
 // One key by name, case-insensitive for names ("return", "RETURN", "Enter", "esc", "PageDown",
 // "Page_Down", "ArrowLeft", "Left", "KP_0", "F5", "ctrl", "super", "cmd", "space", "minus"), or a
 // single character (case kept: "a" and "A" differ).
-std::expected<uint32_t, std::string> KeysymForName(std::string_view name);
+std::expected<uint32_t, Error> KeysymForName(std::string_view name);
 
 // A combo: names joined by '+' ("ctrl+shift+t", "ctrl++" is ctrl and plus). Pressed in order,
 // released in reverse.
-std::expected<std::vector<uint32_t>, std::string> ParseCombo(std::string_view combo);
+std::expected<std::vector<uint32_t>, Error> ParseCombo(std::string_view combo);
 
 // xdotool-style key argument: one or more combos separated by spaces ("ctrl+a Delete").
-std::expected<std::vector<std::vector<uint32_t>>, std::string> ParseKeySequence(
-    std::string_view keys);
+std::expected<std::vector<std::vector<uint32_t>>, Error> ParseKeySequence(std::string_view keys);
 
 // The keysym that types one Unicode code point.
 uint32_t KeysymForCodePoint(char32_t cp);
@@ -45,6 +48,6 @@ uint32_t KeysymForCodePoint(char32_t cp);
 std::optional<char32_t> CharacterBeyondAscii(uint32_t keysym);
 
 // UTF-8 text → code points; an error names the byte offset of invalid UTF-8.
-std::expected<std::u32string, std::string> DecodeUtf8(std::string_view text);
+std::expected<std::u32string, Error> DecodeUtf8(std::string_view text);
 
 }  // namespace deskbox::vnc_bridge

@@ -22,6 +22,7 @@
 #include <set>
 #include <string>
 
+#include "vnc_bridge/error.h"
 #include "vnc_bridge/rfb_client.h"
 
 namespace deskbox::vnc_bridge {
@@ -48,8 +49,10 @@ struct Point {
 
 class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
  public:
-  using Connector = std::function<
-      boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>>()>;
+  // A connection to the guest's RFB server, or why there is none (kClosed: the sandbox is no
+  // longer running; kTimeout; kIo).
+  using Connector =
+      std::function<boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, Error>>()>;
   using Clock = std::chrono::steady_clock;
 
   FrameMirror(boost::asio::any_io_executor executor, Connector connect, std::string name);
@@ -60,18 +63,20 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   void Stop();
   bool stopped() const { return stopped_; }
 
-  // Waits until a whole frame is mirrored (at once when it already is).
-  boost::asio::awaitable<std::expected<void, std::string>> WaitReady(
-      std::chrono::milliseconds timeout);
+  // Waits until a whole frame is mirrored (at once when it already is). Errors: kTimeout, or
+  // last_error() once stopped (kClosed).
+  boost::asio::awaitable<std::expected<void, Error>> WaitReady(std::chrono::milliseconds timeout);
   bool ready() const { return client_ && client_->ready(); }
   const Framebuffer& framebuffer() const { return client_->framebuffer(); }
   uint64_t seq() const { return seq_; }
-  const std::string& last_error() const { return last_error_; }
+  // Why the last connection ended or could not be made (message empty: none has yet).
+  const Error& last_error() const { return last_error_; }
   uint64_t connects() const { return connects_; }
 
-  // Input, sent in order by one writer. Errors: not ready, or the guest stopped reading.
-  std::expected<void, std::string> Pointer(uint8_t buttons, uint32_t x, uint32_t y);
-  std::expected<void, std::string> Key(bool down, uint32_t keysym);
+  // Input, sent in order by one writer. Errors: not ready (last_error(), or kClosed when no
+  // connection was made yet), or the guest stopped reading (kTooLarge).
+  std::expected<void, Error> Pointer(uint8_t buttons, uint32_t x, uint32_t y);
+  std::expected<void, Error> Key(bool down, uint32_t keysym);
   // Waits until the guest's RFB server has processed all input sent before (an RFB fence), at
   // most `timeout`. False when it could not tell: the server does no fences, the connection
   // changed, or the time ran out.
@@ -93,8 +98,9 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
     uint32_t largest_side;
   };
   boost::asio::awaitable<void> Run();
-  boost::asio::awaitable<std::expected<void, std::string>> Session(
-      boost::asio::ip::tcp::socket& sock);
+  boost::asio::awaitable<std::expected<void, Error>> Session(boost::asio::ip::tcp::socket& sock);
+  // Why input cannot go now the screen is not ready.
+  Error NotReady() const;
   void Flush();
   boost::asio::awaitable<void> WriteLoop(std::shared_ptr<boost::asio::ip::tcp::socket> sock);
   // Wakes every waiter (new update, connection change, stop).
@@ -113,7 +119,7 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   bool started_ = false;
   uint64_t seq_ = 0;  // across reconnects: never goes back
   uint64_t connects_ = 0;
-  std::string last_error_;
+  Error last_error_{ErrorCode::kClosed, ""};
   std::deque<UpdateInfo> history_;
   std::set<boost::asio::steady_timer*> waiters_;
   boost::asio::steady_timer backoff_;

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "vnc_bridge/error.h"
+
 namespace deskbox::vnc_bridge {
 
 inline constexpr uint32_t kMaxScreenSide = 4096;
@@ -57,9 +59,10 @@ struct Update {
 
 class RfbClient {
  public:
-  // Consumes all of `bytes`. Returns an error when the server breaks the protocol; the client is
-  // then finished.
-  std::expected<void, std::string> Feed(std::span<const uint8_t> bytes);
+  // Consumes all of `bytes`. Returns an error when the server breaks the protocol (kProtocol),
+  // exceeds a cap (kTooLarge), uses what was not asked for (kUnsupported) or refuses us
+  // (kRefused); the client is then finished, and feeding it more is kClosed.
+  std::expected<void, Error> Feed(std::span<const uint8_t> bytes);
   // Bytes to send to the server now (cleared by the call).
   std::string TakeOutput();
   size_t output_size() const { return out_.size(); }
@@ -110,8 +113,8 @@ class RfbClient {
     kFencePayload,
     kFailed,
   };
-  std::expected<void, std::string> Step();  // acts on a complete header in buf_
-  std::expected<void, std::string> EndRect();
+  std::expected<void, Error> Step();  // acts on a complete header in buf_
+  std::expected<void, Error> EndRect();
   void EndUpdate();
   void SendSetup();
   void RequestUpdate(bool incremental);

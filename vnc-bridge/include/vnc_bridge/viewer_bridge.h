@@ -30,6 +30,7 @@
 #include <string>
 
 #include "recorder/event_sink.h"
+#include "vnc_bridge/error.h"
 
 namespace deskbox::vnc_bridge {
 
@@ -43,9 +44,11 @@ struct ViewerBridgeOptions {
 
 class ViewerBridge {
  public:
-  // Opens a TCP connection to the sandbox's guest RFB port (inside its netns).
-  using Dialer = std::function<boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, std::string>>(
-      const std::string& sandbox_id)>;
+  // Opens a TCP connection to the sandbox's guest RFB port (inside its netns), or says why not
+  // (kClosed: the sandbox is not running; kTimeout; kIo).
+  using Dialer =
+      std::function<boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, Error>>(
+          const std::string& sandbox_id)>;
 
   ViewerBridge(boost::asio::any_io_executor executor, Dialer dialer, recorder::EventSink& events,
                ViewerBridgeOptions options = {});
@@ -68,10 +71,15 @@ class ViewerBridge {
   struct Session;
 
  private:
-  // Connects to the guest and reads its RFB greeting (returned with the socket), pacing a burst
-  // of viewers so that the guest's accept queue never overflows.
-  boost::asio::awaitable<std::expected<std::pair<boost::asio::ip::tcp::socket, std::string>, std::string>> DialGreeted(
-      const std::string& sandbox_id);
+  // A connection to the guest and the RFB greeting it has sent on it.
+  struct Greeted {
+    boost::asio::ip::tcp::socket socket;
+    std::string greeting;
+  };
+  // Connects to the guest and reads its RFB greeting, pacing a burst of viewers so that the
+  // guest's accept queue never overflows. Errors: the dialer's, kTimeout (no greeting), kClosed /
+  // kIo (the connection), kTooLarge (too many viewers connecting).
+  boost::asio::awaitable<std::expected<Greeted, Error>> DialGreeted(const std::string& sandbox_id);
   boost::asio::awaitable<void> ViewerToGuest(std::shared_ptr<Session> s);
   boost::asio::awaitable<void> GuestToViewer(std::shared_ptr<Session> s);
   void Report(Session& s, bool final);
