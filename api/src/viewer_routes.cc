@@ -211,6 +211,7 @@ Reply ViewerRoutes::ViewerPage(Call& c) {
 }
 
 Reply ViewerRoutes::ViewerAsset(Call& c) {
+  if (!ctx_.sandboxes.Find(c.id)) co_return Error(404, "not_found", fmt::format("no sandbox {}", c.id));
   if (!IsAssetPath(c.target)) co_return Error(404, "not_found", "no such file");
   std::filesystem::path file = std::filesystem::path(ctx_.config.novnc_dir) / c.target;
   std::error_code ec;
@@ -218,7 +219,7 @@ Reply ViewerRoutes::ViewerAsset(Call& c) {
   if (ec || !std::filesystem::is_regular_file(status)) {
     if (!std::filesystem::exists(std::filesystem::path(ctx_.config.novnc_dir) / "core" / "rfb.js"))
       co_return Error(
-          500, "internal_error",
+          500, "internal",
           fmt::format("noVNC is not installed in {} (Debian package novnc, or --novnc-dir)",
                       ctx_.config.novnc_dir));
     co_return Error(404, "not_found", "no such file");
@@ -228,7 +229,7 @@ Reply ViewerRoutes::ViewerAsset(Call& c) {
   std::ifstream in(file, std::ios::binary);
   std::ostringstream body;
   body << in.rdbuf();
-  if (!in && !in.eof()) co_return Error(500, "internal_error", "cannot read " + c.target);
+  if (!in && !in.eof()) co_return Error(500, "internal", "cannot read " + c.target);
   HttpResponse r;
   r.content_type = "text/javascript; charset=utf-8";
   r.body = std::move(body).str();

@@ -138,8 +138,12 @@ asio::awaitable<void> CdpProxy::Run(beast::tcp_stream stream, http::request<http
                                  asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     bool missing = guest_answer.result() == http::status::not_found || guest_answer.result() == http::status::bad_request;
-    co_await http_error(missing ? 404 : 502, missing ? "not_found" : "guest_error",
-                        missing ? "the browser has no such target" : "the browser refused the connection: " + ec.message());
+    // Built before the co_await: GCC 12 destroyed a conditional's string temporaries twice
+    // inside a co_await expression (a guest that refused the handshake crashed deskboxd).
+    std::string message =
+        missing ? "the browser has no such target" : "the browser refused the connection: " + ec.message();
+    std::string code = missing ? "not_found" : "guest_error";
+    co_await http_error(missing ? 404 : 502, std::move(code), std::move(message));
     co_return;
   }
   // The guest side may stay silent for as long as the client wants.

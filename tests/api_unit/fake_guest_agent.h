@@ -2,9 +2,14 @@
 // FakeGuestAgent: a GuestAgent with no guest, for tests of the code that calls one (the API's
 // routes). By default it behaves as an in-memory guest: commands exit 0 with no output, the
 // clipboard holds what was set, files are a map by path. A test scripts other answers through
-// the public members and reads what was asked from the records. Single-threaded, like the
-// io_context it is called on; it must outlive the FileWriters and FileReaders it makes.
+// the public members and reads what was asked from the records, and can hold calls in flight
+// (`hold`) to see what happens meanwhile. Single-threaded, like the io_context it is called on;
+// it must outlive the FileWriters and FileReaders it makes.
 #include <algorithm>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <functional>
 #include <map>
 #include <optional>
@@ -28,6 +33,14 @@ class FakeGuestAgent final : public GuestAgent {
   std::optional<AgentError> write_error;      // Finish fails with it; the file is not stored
   std::optional<AgentError> read_error;       // Open fails with it
   size_t read_chunk_bytes = AgentGuest::kFileChunkBytes;
+  // While set, Exec, the clipboard calls, a file write's Finish and a file read's Open wait in
+  // flight until Release().
+  bool hold = false;
+  size_t held() const { return held_.size(); }
+  void Release() {
+    hold = false;
+    for (auto& t : held_) t->cancel();
+  }
 
   // ---- Records, in call order ----
   std::vector<std::string> calls;  // "exec", "get_clipboard", "set_clipboard", "resize",
@@ -46,12 +59,14 @@ class FakeGuestAgent final : public GuestAgent {
   boost::asio::awaitable<std::expected<ExecResult, AgentError>> Exec(ExecSpec spec) override {
     calls.push_back("exec");
     execs.push_back(spec);
+    co_await Held();
     if (on_exec) co_return on_exec(execs.back());
     co_return ExecResult{};
   }
 
   boost::asio::awaitable<std::expected<std::string, AgentError>> GetClipboard() override {
     calls.push_back("get_clipboard");
+    co_await Held();
     if (clipboard_error) co_return std::unexpected(*clipboard_error);
     co_return clipboard;
   }
@@ -59,6 +74,7 @@ class FakeGuestAgent final : public GuestAgent {
   boost::asio::awaitable<std::expected<void, AgentError>> SetClipboard(std::string text) override {
     calls.push_back("set_clipboard");
     clipboard_sets.push_back(text);
+    co_await Held();
     if (clipboard_error) co_return std::unexpected(*clipboard_error);
     clipboard = std::move(text);
     co_return std::expected<void, AgentError>{};
@@ -84,6 +100,17 @@ class FakeGuestAgent final : public GuestAgent {
   }
 
  private:
+  boost::asio::awaitable<void> Held() {
+    if (!hold) co_return;
+    auto t = std::make_shared<boost::asio::steady_timer>(co_await boost::asio::this_coro::executor,
+                                                         boost::asio::steady_timer::time_point::max());
+    held_.push_back(t);
+    boost::system::error_code ec;
+    co_await t->async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    std::erase(held_, t);
+  }
+  std::vector<std::shared_ptr<boost::asio::steady_timer>> held_;
+
   class Writer final : public FileWriter {
    public:
     Writer(FakeGuestAgent& fake, size_t index) : fake_(fake), index_(index) {}
@@ -95,6 +122,7 @@ class FakeGuestAgent final : public GuestAgent {
       co_return std::expected<void, AgentError>{};
     }
     boost::asio::awaitable<std::expected<void, AgentError>> Finish() override {
+      co_await fake_.Held();
       if (fake_.write_error) co_return std::unexpected(*fake_.write_error);
       auto& w = fake_.writes[index_];
       w.finished = true;
@@ -112,6 +140,7 @@ class FakeGuestAgent final : public GuestAgent {
    public:
     Reader(FakeGuestAgent& fake, std::string path) : fake_(fake), path_(std::move(path)) {}
     boost::asio::awaitable<std::expected<FileChunk, AgentError>> Open() override {
+      co_await fake_.Held();
       if (fake_.read_error) co_return std::unexpected(*fake_.read_error);
       auto it = fake_.files.find(path_);
       if (it == fake_.files.end())

@@ -1,13 +1,20 @@
 #pragma once
 // FakeSandboxHost: vmhost's face to the API (SandboxHost) without QEMU, a jailer or a guest, for
 // the API's route tests. Sandboxes are records that change state as asked; egress sockets are
-// real sockets on 127.0.0.1; a test can fail the next call of a kind or make a VM "exit".
+// real sockets on 127.0.0.1; a guest's services (its screen, its browser) are whatever listens
+// on the loopback port a test maps the guest port to; a test can fail the next call of a kind,
+// hold a pause or resume in flight, or make a VM "exit".
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <map>
 #include <mutex>
 #include <set>
@@ -55,6 +62,21 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   std::map<std::string, std::shared_ptr<vmhost::testing::FakeGuestAgent>> agents;
   // Scripts each agent as it is made.
   std::function<void(vmhost::testing::FakeGuestAgent&)> on_agent;
+  // The guest's services: guest port (slot_network::kGuestRfbPort, kGuestCdpPort) → the port on
+  // 127.0.0.1 where a fake of it listens. ConnectGuest to a port not mapped fails as a guest
+  // with nothing listening does; `fail_connect` fails every ConnectGuest with its error.
+  std::map<uint16_t, uint16_t> guest_ports;
+  std::optional<VmError> fail_connect;
+  // Every WaitBrowserFresh fails with it (the pages of a restored sandbox still reloading).
+  std::optional<VmError> fail_browser_fresh;
+  // The next Pause / Resume waits in flight until ReleaseHeld() (a delete may come meanwhile).
+  bool hold_next_pause = false, hold_next_resume = false;
+  bool holding() const { return held_ != nullptr; }
+  void ReleaseHeld() {
+    if (held_) held_->cancel();
+  }
+  // Whether the API holds live connections (CDP sessions, viewers) to the sandbox (SetInUse).
+  bool InUse(const std::string& id) const { return in_use_ && in_use_(id); }
   // The VM of `id` exits: failed, as vmhost reports it.
   void Exit(const std::string& id, std::string why) {
     auto it = sandboxes_.find(id);
@@ -101,6 +123,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
   boost::asio::awaitable<std::expected<void, VmError>> WaitBrowserFresh(std::shared_ptr<Sandbox>,
                                                                         std::chrono::milliseconds) override {
+    if (fail_browser_fresh) co_return std::unexpected(*fail_browser_fresh);
     co_return std::expected<void, VmError>{};
   }
   boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) override {
@@ -117,10 +140,12 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
   boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) override {
     calls.push_back("pause " + id);
+    if (std::exchange(hold_next_pause, false)) co_await Hold();
     co_return Move(id, State::kRunning, State::kPaused, fail_next_pause);
   }
   boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) override {
     calls.push_back("resume " + id);
+    if (std::exchange(hold_next_resume, false)) co_await Hold();
     co_return Move(id, State::kPaused, State::kRunning, fail_next_resume);
   }
   std::shared_ptr<Sandbox> Find(const std::string& id) const override {
@@ -138,7 +163,18 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
   boost::asio::awaitable<std::expected<boost::asio::ip::tcp::socket, VmError>> ConnectGuest(
       uint32_t, uint16_t port, std::chrono::milliseconds) override {
-    co_return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("no guest listens on {} here", port)});
+    if (fail_connect) co_return std::unexpected(*fail_connect);
+    auto it = guest_ports.find(port);
+    if (it == guest_ports.end())
+      co_return std::unexpected(VmError{VmError::Code::kGuest, fmt::format("no guest listens on {} here", port)});
+    boost::asio::ip::tcp::socket s(co_await boost::asio::this_coro::executor);
+    boost::system::error_code ec;
+    co_await s.async_connect({boost::asio::ip::make_address("127.0.0.1"), it->second},
+                             boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    if (ec)
+      co_return std::unexpected(
+          VmError{VmError::Code::kGuest, fmt::format("guest port {}: {}", port, ec.message())});
+    co_return std::move(s);
   }
   boost::asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> OpenEgressSockets(
       uint32_t) override {
@@ -167,6 +203,14 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
     auto agent = std::make_shared<vmhost::testing::FakeGuestAgent>();
     if (on_agent) on_agent(*agent);
     agents[id] = std::move(agent);
+  }
+  boost::asio::awaitable<void> Hold() {
+    held_ = std::make_shared<boost::asio::steady_timer>(co_await boost::asio::this_coro::executor,
+                                                        boost::asio::steady_timer::time_point::max());
+    auto held = held_;
+    boost::system::error_code ec;
+    co_await held->async_wait(boost::asio::redirect_error(boost::asio::use_awaitable, ec));
+    if (held_ == held) held_.reset();
   }
   std::expected<void, VmError> Move(const std::string& id, State from, State to, std::optional<VmError>& fail) {
     if (fail) return std::unexpected(*std::exchange(fail, std::nullopt));
@@ -199,6 +243,7 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   vmhost::TransitionObserver observer_;
   vmhost::BrowserObserver browser_observer_;
   vmhost::InUse in_use_;
+  std::shared_ptr<boost::asio::steady_timer> held_;
 };
 
 }  // namespace deskbox::api

@@ -3,9 +3,11 @@
 // FakeSandboxHost and a FakeClock, with a real Store, event log and HTTP server on 127.0.0.1:0.
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <filesystem>
+#include <future>
 
 #include "api/service.h"
 #include "fake_sandbox_host.h"
@@ -16,7 +18,9 @@ namespace deskbox::api {
 class ServiceHarness {
  public:
   explicit ServiceHarness(const std::string& name, std::function<void(DaemonConfig&)> configure = {}) {
-    dir_ = std::filesystem::temp_directory_path() / ("deskbox-api-" + std::to_string(::getpid()) + "-" + name);
+    std::string leaf = name;
+    std::replace(leaf.begin(), leaf.end(), '/', '_');  // parameterized tests' names have one
+    dir_ = std::filesystem::temp_directory_path() / ("deskbox-api-" + std::to_string(::getpid()) + "-" + leaf);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     store_ = std::move(*Store::Open((dir_ / "deskbox.db").string()));
@@ -32,6 +36,21 @@ class ServiceHarness {
   }
   ~ServiceHarness() {
     if (service_) {
+      // As deskboxd stops: screen mirrors stop and live connections close before the service
+      // is destroyed, so nothing of it runs afterwards.
+      auto stopped = std::make_shared<std::promise<void>>();
+      auto done = stopped->get_future();
+      server_.OnServer([this, stopped] {
+        boost::asio::co_spawn(
+            server_.io(),
+            [this, stopped]() -> boost::asio::awaitable<void> {
+              co_await service_->Shutdown();
+              stopped->set_value();
+            },
+            boost::asio::detached);
+        return 0;
+      });
+      done.wait_for(std::chrono::seconds(10));
       server_.OnServer([this] {
         service_.reset();
         return 0;
@@ -60,8 +79,11 @@ class ServiceHarness {
   }
 
   FakeSandboxHost& host() { return host_; }
+  ApiService& service() { return *service_; }
+  uint16_t port() const { return server_.port(); }
   FakeClock& clock() { return clock_; }
   Store& store() { return *store_; }
+  recorder::LogEventSink& events() { return *events_; }
   const std::string& key() const { return key_; }
   template <typename F>
   auto OnServer(F f) {
@@ -70,6 +92,11 @@ class ServiceHarness {
   ClientResponse Call(boost::beast::http::verb m, const std::string& target, const std::string& body = "",
                       std::optional<std::string> bearer = std::nullopt) {
     return server_.Send(m, target, bearer ? *bearer : key_, {}, body);
+  }
+  // With headers of its own; `bearer` "" sends no Authorization header.
+  ClientResponse Send(boost::beast::http::verb m, const std::string& target, const std::string& bearer,
+                      std::map<std::string, std::string> headers, const std::string& body = "") {
+    return server_.Send(m, target, bearer, std::move(headers), body);
   }
 
  private:
