@@ -13,7 +13,7 @@
 //
 // Threads: its own; the controls and records may be used from any thread. The destructor
 // closes every connection and joins the thread.
-#include "poll_until.h"
+#include "fake_service_util.h"
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,11 +52,7 @@ class FakeDevTools {
   FakeDevTools() {
     namespace asio = boost::asio;
     targets_.push_back({kFirstPage, "New Tab", "chrome://newtab/"});
-    acceptor_.open(asio::ip::tcp::v4());
-    acceptor_.set_option(asio::socket_base::reuse_address(true));
-    acceptor_.bind({asio::ip::make_address("127.0.0.1"), 0});
-    acceptor_.listen();
-    port_ = acceptor_.local_endpoint().port();
+    port_ = ListenOnLoopback(acceptor_);
     asio::co_spawn(io_, Accept(), asio::detached);
     thread_ = std::thread([this] { io_.run(); });
   }

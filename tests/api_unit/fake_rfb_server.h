@@ -17,7 +17,7 @@
 //
 // Threads: its own; the controls and records may be used from any thread. The destructor
 // closes every connection and joins the thread.
-#include "poll_until.h"
+#include "fake_service_util.h"
 #include <array>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -61,11 +61,7 @@ class FakeRfbServer {
                          uint8_t green = 0x80, uint8_t red = 0xd0)
       : width_(width), height_(height), pixel_{blue, green, red, 0} {
     namespace asio = boost::asio;
-    acceptor_.open(asio::ip::tcp::v4());
-    acceptor_.set_option(asio::socket_base::reuse_address(true));
-    acceptor_.bind({asio::ip::make_address("127.0.0.1"), 0});
-    acceptor_.listen();
-    port_ = acceptor_.local_endpoint().port();
+    port_ = ListenOnLoopback(acceptor_);
     asio::co_spawn(io_, Accept(), asio::detached);
     thread_ = std::thread([this] { io_.run(); });
   }
