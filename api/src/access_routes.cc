@@ -69,8 +69,10 @@ Reply AccessRoutes::DeleteToken(Call& c) {
     case Credentials::RevokeResult::kRevoked:
       if (on_token_revoked_) on_token_revoked_(c.id);
       co_return NoContent();
+    case Credentials::RevokeResult::kEnded:
+      co_return NoContent();
     case Credentials::RevokeResult::kNotFound:
-      co_return Error(404, "not_found", fmt::format("no active token '{}'", c.id));
+      co_return Error(404, "not_found", fmt::format("no token '{}'", c.id));
     default:
       co_return Error(500, "internal", "could not save the revocation");
   }

@@ -155,14 +155,18 @@ std::vector<TokenRecord> Credentials::LiveTokens(const std::string& sandbox_id, 
 
 Credentials::RevokeResult Credentials::RevokeToken(const std::string& id, int64_t now_ms) {
   for (auto& t : tokens_) {
-    if (t.id != id || t.revoked_at_ms != 0) continue;
+    if (t.id != id) continue;
+    if (t.revoked_at_ms != 0 || t.expires_at_ms <= now_ms) return RevokeResult::kEnded;
     TokenRecord updated = t;
     updated.revoked_at_ms = now_ms;
     if (!store_.PutToken(updated)) return RevokeResult::kStoreError;
     t = updated;
     return RevokeResult::kRevoked;
   }
-  return RevokeResult::kNotFound;
+  // Tokens that expired over a day ago are only on record.
+  auto known = store_.TokenExists(id);
+  if (!known) return RevokeResult::kStoreError;
+  return *known ? RevokeResult::kEnded : RevokeResult::kNotFound;
 }
 
 }  // namespace deskbox::api

@@ -237,4 +237,14 @@ std::expected<std::vector<TokenRecord>, std::string> Store::LoadTokens() {
   return out;
 }
 
+std::expected<bool, std::string> Store::TokenExists(const std::string& id) {
+  Statement s(db_, "SELECT 1 FROM tokens WHERE id = ?");
+  if (!s.ok()) return std::unexpected(Error("looking up a token"));
+  s.Text(1, id);
+  int rc = s.Step();
+  if (rc == SQLITE_ROW) return true;
+  if (rc != SQLITE_DONE) return std::unexpected(Error("looking up a token"));
+  return false;
+}
+
 }  // namespace deskbox::api

@@ -105,6 +105,26 @@ TEST_F(CredentialsTest, TokensAreScopedExpiringAndRevocable) {
   EXPECT_FALSE(c.Authenticate("", 2000));
 }
 
+TEST_F(CredentialsTest, RevokingAnEndedTokenChangesNothingAndAnUnknownOneIsNotFound) {
+  Credentials c(*store_);
+  ASSERT_TRUE(c.Load());
+  auto revoked = c.CreateToken("sb-0000000000000001", Scope::kView, 10000, "key_x", 1000);
+  auto expired = c.CreateToken("sb-0000000000000001", Scope::kView, 1000, "key_x", 1000);
+  auto old = c.CreateToken("sb-0000000000000001", Scope::kView, 1000, "key_x", 1000);
+  ASSERT_TRUE(revoked && expired && old);
+  ASSERT_EQ(c.RevokeToken(revoked->first.id, 3000), Credentials::RevokeResult::kRevoked);
+  EXPECT_EQ(c.RevokeToken(revoked->first.id, 4000), Credentials::RevokeResult::kEnded);
+  EXPECT_EQ(c.RevokeToken(expired->first.id, 4000), Credentials::RevokeResult::kEnded);
+  // A token that expired over a day ago leaves memory at the next create; it is still on record.
+  int64_t later = 1000 + 1000 + 86400000 + 1;
+  ASSERT_TRUE(c.CreateToken("sb-0000000000000002", Scope::kView, 1000, "key_x", later));
+  EXPECT_EQ(c.RevokeToken(old->first.id, later), Credentials::RevokeResult::kEnded);
+  EXPECT_EQ(c.RevokeToken("tok_0123456789abcdef", later), Credentials::RevokeResult::kNotFound);
+  Credentials again(*store_);
+  ASSERT_TRUE(again.Load());
+  EXPECT_FALSE(again.Authenticate(revoked->second, 5000));
+}
+
 TEST_F(CredentialsTest, SecretsAreStoredHashedOnly) {
   Credentials c(*store_);
   ASSERT_TRUE(c.Load());

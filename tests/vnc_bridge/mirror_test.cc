@@ -158,6 +158,41 @@ TEST_F(MirrorTest, BecomesReadyAndSendsInputInOrder) {
   });
 }
 
+// Text whose key events are well over the 1 MiB cap on unsent input: typing waits for the
+// writer between runs, so it arrives whole (it once failed "the guest's screen stopped reading
+// input" with the guest reading everything).
+TEST_F(MirrorTest, LongTextArrivesWholeWhileTheServerReads) {
+  Run([&]() -> asio::awaitable<void> {
+    co_await Connect();
+    Action type;
+    type.type = Action::Type::kType;
+    type.text = std::u32string(100000, U'a');
+    type.text[99999] = U'z';
+    size_t peak = 0;
+    bool typing = true;
+    asio::co_spawn(io_, [&]() -> asio::awaitable<void> {
+      while (typing) {
+        peak = std::max(peak, mirror_->unsent());
+        co_await Sleep(1ms);
+      }
+    }, asio::detached);
+    auto r = co_await Perform(*mirror_, type);
+    typing = false;
+    EXPECT_TRUE(r) << r.error().message;
+    for (int i = 0; i < 200 && server_.received().size() < 100000 * 16 + 100; ++i) co_await Sleep(10ms);
+    const std::string& got = server_.received();
+    // After the client's setup messages: every key, in order.
+    auto key = [](char c) { return std::string{4, 1, 0, 0} + U32(c) + std::string{4, 0, 0, 0} + U32(c); };
+    size_t first = got.find(key('a'));
+    EXPECT_NE(first, std::string::npos);
+    if (first != std::string::npos) {
+      EXPECT_EQ(got.size() - first, 100000u * 16);
+    }
+    EXPECT_TRUE(got.ends_with(key('z')));
+    EXPECT_LT(peak, size_t{256} * 1024);
+  });
+}
+
 std::string FenceMessage(uint32_t flags, const std::string& payload) {
   return std::string{static_cast<char>(248), 0, 0, 0} + U32(flags) +
          static_cast<char>(payload.size()) + payload;

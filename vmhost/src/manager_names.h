@@ -1,5 +1,5 @@
 #pragma once
-// The names SandboxManager's files (sandbox_manager.cc, sandbox_browser.cc,
+// The names SandboxManager's files (sandbox_manager.cc, sandbox_pools.cc, sandbox_browser.cc,
 // sandbox_recovery.cc, sandbox_trim.cc) write in.
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <chrono>

@@ -62,7 +62,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(San
                                         fmt::format("refresh-browser exited {}: {}", r->exec().exit_code(),
                                                     r->exec().stderr().substr(0, 200))});
     auto t_script = std::chrono::steady_clock::now();
-    auto ready = co_await WaitGuestServices(sb.slot_, config_.ready_timeout);
+    auto ready = co_await WaitGuestServices(sb.slot_, config_.ready_timeout, gone);
     if (gone()) co_return gone_error();
     if (!ready) co_return ready;
     auto t_services = std::chrono::steady_clock::now();
@@ -178,7 +178,7 @@ asio::awaitable<std::expected<std::string, std::string>> ReadUntil(
 }  // namespace
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
-    uint32_t slot, std::chrono::milliseconds timeout) {
+    uint32_t slot, std::chrono::milliseconds timeout, std::function<bool()> stop) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto left = [&] {
     return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -211,6 +211,7 @@ asio::awaitable<std::expected<void, VmError>> SandboxManager::WaitGuestServices(
   auto until_answered = [&](auto once) -> asio::awaitable<std::string> {
     std::string error = "no answer";
     while (std::chrono::steady_clock::now() < deadline) {
+      if (stop && stop()) co_return "stopped waiting";
       error = co_await once();
       if (error.empty()) co_return error;
       co_await Sleep(10ms);

@@ -48,6 +48,10 @@ SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, V
       jailer_(jailer),
       config_(std::move(config)),
       slots_(jailer, config_.first_slot, config_.max_slots),
+      pools_(PoolTargets{config_.netns_pool, config_.prestart_pool, config_.warm_pool}),
+      restorer_(RestoreSettings{.state_file = config_.cache_dir + "/templates/" + config_.template_name + "/" + kStateFile,
+                                .restore_timeout = config_.restore_timeout,
+                                .ready_timeout = config_.ready_timeout}),
       refill_timer_(executor) {
 }
 
@@ -92,97 +96,12 @@ asio::awaitable<void> SandboxManager::ReleaseSlot(uint32_t slot) {
   KickRefill();
 }
 
-asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::Prestart(
-    uint32_t slot) {
-  jailer::v1::Request req;
-  auto* l = req.mutable_launch();
-  l->set_slot(slot);
-  l->set_mode(jailer::v1::INCOMING_DEFER);
-  l->set_template_name(config_.template_name);
-  l->set_cpu_model(manifest_.cpu_model());
-  l->set_accelerator(accelerator_);
-  l->set_tb_size_mib(config_.tb_size_mib);
-  auto r = co_await CallJailer(jailer_, std::move(req));
-  if (!r) co_return std::unexpected(r.error());
-  if (r->fds.size() != 3) co_return std::unexpected(JailerErr("launch returned no sockets"));
-  auto sb = std::make_shared<Sandbox>();
-  sb->slot_ = slot;
-  sb->qemu_pid_ = r->response.launch().pid();
-  sb->qmp_ = std::make_unique<QmpClient>(
-      QmpClient::Socket(executor_, asio::local::stream_protocol(), r->fds[0].release()));
-  sb->agent_ = std::make_unique<AgentClient>(
-      AgentClient::Socket(executor_, asio::local::stream_protocol(), r->fds[1].release()));
-  sb->pidfd_ = std::make_unique<asio::posix::stream_descriptor>(executor_, r->fds[2].release());
-  auto hs = co_await sb->qmp_->Handshake(10s);
-  if (!hs) co_return std::unexpected(VmError{VmError::Code::kQemu, "QMP handshake: " + hs.error().message});
-  co_return sb;
-}
-
 asio::awaitable<std::expected<void, VmError>> SandboxManager::Restore(Sandbox& sb) {
-  std::string tdir = config_.cache_dir + "/templates/" + config_.template_name;
-  auto caps = co_await sb.qmp_->Execute("migrate-set-capabilities",
-                                       IgnoreSharedCapability());
-  if (!caps)
-    co_return std::unexpected(
-        VmError{VmError::Code::kQemu, "migrate-set-capabilities: " + caps.error().message});
-  auto inc = co_await sb.qmp_->Execute("migrate-incoming", UriArgument("file:" + tdir + "/" + kStateFile));
-  if (!inc) co_return std::unexpected(VmError{VmError::Code::kQemu, "migrate-incoming: " + inc.error().message});
-  auto done = co_await sb.qmp_->WaitEvent("MIGRATION", config_.restore_timeout, [](const json& d) {
-    std::string st = d.value("status", "");
-    return st == "completed" || st == "failed" || st == "cancelled";
-  });
-  if (!done) co_return std::unexpected(VmError{VmError::Code::kQemu, "restore did not complete: " + done.error().message});
-  std::string status = (*done)["data"].value("status", "");
-  if (status != "completed") {
-    auto q = co_await sb.qmp_->Execute("query-migrate", json::object(), 2s);
-    co_return std::unexpected(VmError{VmError::Code::kQemu,
-                                      fmt::format("restore {}: {}", status, q ? q->value("error-desc", "") : "")});
-  }
-  // The template was saved stopped, so the guest waits for us.
-  auto cont = co_await sb.qmp_->Execute("cont");
-  if (!cont) co_return std::unexpected(VmError{VmError::Code::kQemu, "cont: " + cont.error().message});
-  // The guest agent may reopen its port once it runs again (the restored port state says the
-  // host was connected before the snapshot); a request sent meanwhile is lost.
-  co_return co_await PingAgent(sb, config_.ready_timeout);
-}
-
-asio::awaitable<std::expected<void, VmError>> SandboxManager::PingAgent(Sandbox& sb, std::chrono::milliseconds timeout) {
-  // Short tries until one is answered: a request the agent dropped (it reopened its port) costs
-  // two seconds, not the whole timeout.
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    agent::v1::Request ping;
-    ping.mutable_ping();
-    auto pong = co_await sb.agent_->Call(std::move(ping), 2s);
-    if (pong) co_return std::expected<void, VmError>{};
-    if (pong.error().code != AgentError::Code::kTimeout || std::chrono::steady_clock::now() > deadline)
-      co_return std::unexpected(VmError{VmError::Code::kAgent, "guest agent: " + pong.error().message});
-  }
+  co_return co_await restorer_.Restore(*sb.qmp_, *sb.agent_);
 }
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::HandOut(Sandbox& sb) {
-  // The clock in the snapshot is stale and every clone starts from the same RNG state. A
-  // request the agent dropped is sent again once a ping gets through.
-  auto step = [&](const char* what, bool clock) -> asio::awaitable<std::expected<void, VmError>> {
-    for (int attempt = 0;; ++attempt) {
-      // No co_await inside a conditional expression (GCC 12 miscompiles some).
-      std::expected<void, AgentError> r;
-      if (clock)
-        r = co_await sb.agent_->SetClockNow(10s);
-      else
-        r = co_await sb.agent_->ReseedFromHost(10s);
-      if (r) co_return std::expected<void, VmError>{};
-      if (attempt > 0 || r.error().code != AgentError::Code::kTimeout)
-        co_return std::unexpected(VmError{VmError::Code::kAgent, fmt::format("{}: {}", what, r.error().message)});
-      log::Warn(kLog, "slot {}: the agent did not answer {}; pinging it", sb.slot_, what);
-      if (auto p = co_await PingAgent(sb, 20s); !p) co_return p;
-    }
-  };
-  // Both requests are in flight at once: the agent answers each as it is done, and a warm
-  // hand-out is then one round trip to a guest that has to wake up for it.
-  auto [clock, reseed] = co_await (step("set clock", true) && step("reseed", false));
-  if (!clock) co_return clock;
-  co_return reseed;
+  co_return co_await restorer_.HandOut(*sb.agent_, sb.slot_);
 }
 
 asio::awaitable<std::expected<std::map<std::string, UniqueFd>, VmError>> SandboxManager::OpenEgressSockets(
@@ -288,26 +207,19 @@ asio::awaitable<void> SandboxManager::LogGuestState(Sandbox& sb, std::string_vie
 asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager::CreateOnce(bool* warm) {
   std::shared_ptr<Sandbox> sb;
   CreatePath path;
-  if (!warm_.empty()) {
-    sb = warm_.front();
-    warm_.pop_front();
-    path = CreatePath::kWarm;
+  if (auto taken = pools_.TakeForClient()) {
+    sb = std::move(taken->vm);
+    path = taken->path;
   } else {
-    if (!prestarted_.empty()) {
-      sb = prestarted_.front();
-      prestarted_.pop_front();
-      path = CreatePath::kPrestarted;
-    } else {
-      auto slot = co_await slots_.Take();
-      if (!slot) co_return std::unexpected(slot.error());
-      auto p = co_await Prestart(*slot);
-      if (!p) {
-        co_await ReleaseSlot(*slot);
-        co_return std::unexpected(p.error());
-      }
-      sb = *p;
-      path = CreatePath::kCold;
+    auto slot = co_await slots_.Take();
+    if (!slot) co_return std::unexpected(slot.error());
+    auto p = co_await Prestart(*slot);
+    if (!p) {
+      co_await ReleaseSlot(*slot);
+      co_return std::unexpected(p.error());
     }
+    sb = *p;
+    path = CreatePath::kCold;
   }
   // A refill restores a guest, which under emulation takes the CPU the hand-out needs: a warm
   // create kicks it once its own guest is handed out.
@@ -435,151 +347,12 @@ std::vector<std::shared_ptr<Sandbox>> SandboxManager::List() const {
 }
 
 PoolStats SandboxManager::Stats() const {
-  PoolStats s{slots_.ready(), prestarted_.size(), warm_.size(), sandboxes_.size(), slots_.free()};
+  PoolStats s{slots_.ready(), pools_.prestarted(), pools_.warm(), sandboxes_.size(), slots_.free()};
   s.refreshes_running = refresh_turns_;
   s.refreshes_waiting = refresh_queue_.size();
   for (const auto& [id, sb] : sandboxes_) s.trimmed += sb->state_ == SandboxState::kRunning && sb->idle_trim_.trimmed() && sb->idle_trim_.trims() > 0;
   s.trims_total = trims_total_;
   return s;
-}
-
-asio::awaitable<bool> SandboxManager::WaitPoolsFull(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (slots_.ready() >= config_.netns_pool && prestarted_.size() >= config_.prestart_pool &&
-        warm_.size() >= config_.warm_pool && !refilling_)
-      co_return true;
-    co_await Sleep(20ms);
-  }
-  co_return false;
-}
-
-asio::awaitable<void> SandboxManager::RefillLoop(std::shared_ptr<bool> alive) {
-  int failures = 0;
-  while (*alive && !shutting_down_) {
-    refilling_ = true;
-    bool progress = false;
-    bool failed = false;
-    // Warm first: it is what makes create fast. A warm one consumes a pre-started one.
-    if (warm_.size() < config_.warm_pool) {
-      std::shared_ptr<Sandbox> sb;
-      if (!prestarted_.empty()) {
-        sb = prestarted_.front();
-        prestarted_.pop_front();
-      } else {
-        auto slot = co_await slots_.Take();
-        if (slot) {
-          auto p = co_await Prestart(*slot);
-          if (p) {
-            sb = *p;
-            co_await SetPriority(*sb, /*background=*/true);
-          } else { log::Warn(kLog, "pool: {}", p.error().message); co_await ReleaseSlot(*slot); failed = true; }
-        } else {
-          failed = true;
-        }
-      }
-      while (sb && *alive && !shutting_down_ && client_restores_ > 0) co_await Sleep(100ms);
-      if (!*alive) co_return;
-      if (sb && *alive) {
-        auto r = co_await Restore(*sb);
-        if (r && *alive) r = co_await HandOut(*sb);
-        if (r && *alive) r = co_await RefreshBrowser(*sb);
-        if (!*alive) co_return;  // the manager is gone; its jailer client too
-        if (r && !shutting_down_) {
-          warm_.push_back(sb);
-          progress = true;
-        } else {
-          if (!r) log::Warn(kLog, "pool: warm restore in slot {}: {}", sb->slot_, r.error().message);
-          sb->qmp_->Close();
-          sb->agent_->Close();
-          co_await ReleaseSlot(sb->slot_);
-          failed = !r.has_value();
-        }
-      }
-    } else if (prestarted_.size() < config_.prestart_pool) {
-      auto slot = co_await slots_.Take();
-      if (slot) {
-        auto p = co_await Prestart(*slot);
-        if (!*alive) co_return;
-        if (p && !shutting_down_) {
-          co_await SetPriority(**p, /*background=*/true);
-          if (!*alive) co_return;
-          prestarted_.push_back(*p);
-          progress = true;
-        } else {
-          if (!p) log::Warn(kLog, "pool: prestart: {}", p.error().message);
-          co_await ReleaseSlot(*slot);
-          failed = true;
-        }
-      } else {
-        failed = true;
-      }
-    } else if (slots_.ready() < config_.netns_pool && slots_.free() > 0) {
-      auto slot = co_await slots_.Prepare();
-      if (!*alive) co_return;
-      if (slot && *slot) {
-        progress = true;
-      } else {
-        if (!slot) log::Warn(kLog, "pool: network slot: {}", slot.error().message);
-        failed = true;
-      }
-    }
-    if (!*alive) co_return;
-    refilling_ = false;
-    failures = failed ? failures + 1 : 0;
-    if (progress) continue;
-    // A shutdown that began during this step kicked a timer nobody waited on yet.
-    if (shutting_down_) break;
-    // Nothing to do (or back off after failures): sleep until kicked.
-    refill_timer_.expires_after(failed ? std::chrono::milliseconds(std::min(30000, 500 << std::min(failures, 6)))
-                                       : std::chrono::milliseconds(60000));
-    boost::system::error_code ec;
-    co_await refill_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  }
-  if (*alive) refill_exited_ = true;
-}
-
-asio::awaitable<void> SandboxManager::Shutdown(bool keep_sandboxes) {
-  shutting_down_ = true;
-  KickRefill();
-  // Let an in-flight refill step finish (it hands its VM back below or releases it itself).
-  for (int i = 0; i < 1200 && refill_started_ && !refill_exited_; ++i) co_await Sleep(50ms);
-  if (keep_sandboxes) {
-    for (auto& sb : List()) {
-      // Leave the VM to the next process; only our ends of its sockets go.
-      if (sb->qmp_) sb->qmp_->Close();
-      if (sb->agent_) sb->agent_->Close();
-      if (sb->pidfd_) {
-        boost::system::error_code ec;
-        sb->pidfd_->close(ec);
-      }
-    }
-    sandboxes_.clear();
-  }
-  for (auto& sb : List()) co_await Transition(*sb, SandboxState::kStopped);
-  // Refreshes waiting for a turn all take one now: each ends at once on its stopped guest (or,
-  // for a kept sandbox, its closed agent).
-  refresh_turns_ += refresh_queue_.size();
-  for (auto& t : refresh_queue_) t->cancel();
-  refresh_queue_.clear();
-  // A browser refresh still running after a hand-out ends once it sees its guest gone (or, for
-  // a kept sandbox, its agent closed); it must not outlive the manager.
-  for (int i = 0; i < 1200 && background_refreshes_ > 0; ++i) co_await Sleep(50ms);
-  while (!warm_.empty()) {
-    auto sb = warm_.front();
-    warm_.pop_front();
-    sb->qmp_->Close();
-    sb->agent_->Close();
-    co_await ReleaseSlot(sb->slot_);
-  }
-  while (!prestarted_.empty()) {
-    auto sb = prestarted_.front();
-    prestarted_.pop_front();
-    sb->qmp_->Close();
-    sb->agent_->Close();
-    co_await ReleaseSlot(sb->slot_);
-  }
-  co_await slots_.ReleaseReady();
 }
 
 }  // namespace deskbox::vmhost

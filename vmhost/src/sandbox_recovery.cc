@@ -20,6 +20,7 @@
 #include "common/slot_network.h"
 #include "vmhost/devtools_http.h"
 #include "manager_names.h"
+#include "vmhost/recovery_plan.h"
 #include "vmhost/sandbox_manager.h"
 
 namespace deskbox::vmhost {
@@ -37,7 +38,7 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
   } else {
     log::Warn(kLog, "recover: listing slots: {}", listed.error().message);
   }
-  std::set<uint32_t> adopted_slots;
+  RecoveryPlan plan(std::move(running));
   for (auto& w : wanted) {
     AdoptResult res;
     res.id = w.id;
@@ -45,13 +46,8 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
       res.failure = std::move(why);
       log::Warn(kLog, "recover: sandbox {} (slot {}): {}", w.id, w.slot, res.failure);
     };
-    auto it = running.find(w.slot);
-    if (!slots_.IsFree(w.slot) || adopted_slots.count(w.slot)) {
-      fail("slot is out of range or claimed twice");
-    } else if (it == running.end()) {
-      fail("its network slot is gone");
-    } else if (it->second == 0 || it->second != w.qemu_pid) {
-      fail("its QEMU process is gone");
+    if (auto refusal = plan.Refusal(w, slots_.IsFree(w.slot)); !refusal.empty()) {
+      fail(std::move(refusal));
     } else {
       auto sb = std::make_shared<Sandbox>();
       sb->id_ = w.id;
@@ -74,6 +70,7 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
       UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, w.qemu_pid, 0)));
       if (error.empty() && !pidfd) error = fmt::format("pidfd_open({}): {}", w.qemu_pid, std::strerror(errno));
       std::string status;
+      SandboxState state = SandboxState::kFailed;
       if (error.empty()) {
         sb->qmp_ = std::make_unique<QmpClient>(
             QmpClient::Socket(executor_, asio::local::stream_protocol(), fds[0].release()));
@@ -88,16 +85,18 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
         if (!q) error = "query-status: " + q.error().message;
         else status = q->value("status", "");
       }
-      if (error.empty() && status != "running" && status != "paused")
-        error = "QEMU reports status '" + status + "'";
+      if (error.empty()) {
+        if (auto st = RecoveryPlan::AdoptedState(status)) state = *st;
+        else error = st.error();
+      }
       if (!error.empty()) {
         if (sb->qmp_) sb->qmp_->Close();
         if (sb->agent_) sb->agent_->Close();
         fail(error);
       } else {
-        sb->state_ = status == "running" ? SandboxState::kRunning : SandboxState::kPaused;
+        sb->state_ = state;
         slots_.Claim(w.slot);
-        adopted_slots.insert(w.slot);
+        plan.Adopted(w.slot);
         sandboxes_[sb->id_] = sb;
         WatchQemu(sb);
         res.adopted = true;
@@ -113,8 +112,7 @@ asio::awaitable<std::vector<AdoptResult>> SandboxManager::Recover(std::vector<Ad
     results.push_back(std::move(res));
   }
   // Everything else the jailer has is a leftover: pools of the last process, dead sandboxes.
-  for (const auto& [slot, pid] : running) {
-    if (adopted_slots.count(slot)) continue;
+  for (uint32_t slot : plan.Leftovers()) {
     jailer::v1::Request req;
     req.mutable_destroy_slot()->set_slot(slot);
     auto r = co_await CallJailer(jailer_, std::move(req));

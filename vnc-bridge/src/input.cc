@@ -111,6 +111,12 @@ uint8_t Bit(MouseButton b) {
 // one, and the pause after it.
 constexpr std::chrono::milliseconds kClickSyncTimeout{1000};
 constexpr std::chrono::milliseconds kClickGap{15};
+// Typing: characters between looks at the unsent input (16 bytes each), the unsent input above
+// which typing waits for the writer, and how long a guest may take nothing before the action
+// fails.
+constexpr size_t kTypeRun = 256;
+constexpr size_t kUnsentMark = 64 * 1024;
+constexpr std::chrono::milliseconds kDrainTimeout{10000};
 
 asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
   asio::steady_timer t(co_await asio::this_coro::executor);
@@ -159,13 +165,6 @@ asio::awaitable<std::expected<void, Error>> Perform(FrameMirror& m, const Action
         if (auto r = steps(a.dy, 4, 5); !r) return r;
         return steps(a.dx, 6, 7);
       }
-      case T::kType:
-        for (char32_t c : a.text) {
-          uint32_t k = KeysymForCodePoint(c);
-          if (auto r = m.Key(true, k); !r) return r;
-          if (auto r = m.Key(false, k); !r) return r;
-        }
-        return {};
       case T::kKey:
         for (const auto& combo : a.keys) {
           if (auto r = PressAll(m, combo); !r) return r;
@@ -177,6 +176,20 @@ asio::awaitable<std::expected<void, Error>> Perform(FrameMirror& m, const Action
     }
   };
   switch (a.type) {
+    case T::kType: {
+      // In runs, each queued once the writer has caught up with the ones before: typing long
+      // text keeps little input unsent however long the text.
+      size_t typed = 0;
+      for (char32_t c : a.text) {
+        uint32_t k = KeysymForCodePoint(c);
+        if (auto r = m.Key(true, k); !r) co_return r;
+        if (auto r = m.Key(false, k); !r) co_return r;
+        if (++typed % kTypeRun == 0 && m.unsent() > kUnsentMark) {
+          if (auto r = co_await m.Drain(kUnsentMark / 2, kDrainTimeout); !r) co_return r;
+        }
+      }
+      co_return std::expected<void, Error>{};
+    }
     case T::kWait:
       co_await Sleep(a.duration);
       co_return std::expected<void, Error>{};

@@ -58,13 +58,15 @@ void FrameMirror::Notify() {
   for (auto* t : waiters_) t->cancel();
 }
 
-asio::awaitable<void> FrameMirror::WaitChange(Clock::time_point until) {
+asio::awaitable<void> FrameMirror::WaitChange(Clock::time_point until) { co_await WaitOn(waiters_, until); }
+
+asio::awaitable<void> FrameMirror::WaitOn(std::set<asio::steady_timer*>& waiters, Clock::time_point until) {
   asio::steady_timer t(executor_);
   t.expires_at(until);
-  waiters_.insert(&t);
+  waiters.insert(&t);
   boost::system::error_code ec;
   co_await t.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-  waiters_.erase(&t);
+  waiters.erase(&t);
 }
 
 asio::awaitable<void> FrameMirror::Run() {
@@ -173,9 +175,12 @@ asio::awaitable<void> FrameMirror::WriteLoop(std::shared_ptr<asio::ip::tcp::sock
   auto self = shared_from_this();
   while (!pending_.empty() && socket_ == sock) {
     std::string out = std::exchange(pending_, {});
+    in_flight_ = out.size();
     boost::system::error_code ec;
     co_await asio::async_write(*sock, asio::buffer(out),
                                asio::redirect_error(asio::use_awaitable, ec));
+    in_flight_ = 0;
+    for (auto* t : drain_waiters_) t->cancel();
     if (ec) {
       sock->close(ec);
       break;
@@ -206,6 +211,18 @@ std::expected<void, Error> FrameMirror::Key(bool down, uint32_t keysym) {
   client_->KeyEvent(down, keysym);
   Flush();
   return {};
+}
+
+asio::awaitable<std::expected<void, Error>> FrameMirror::Drain(size_t at_most, std::chrono::milliseconds timeout) {
+  auto self = shared_from_this();
+  auto deadline = Clock::now() + timeout;
+  Flush();
+  while (unsent() > at_most) {
+    if (!ready()) co_return std::unexpected(NotReady());
+    if (Clock::now() >= deadline) co_return std::unexpected(NotReading());
+    co_await WaitOn(drain_waiters_, deadline);  // woken after each write
+  }
+  co_return std::expected<void, Error>{};
 }
 
 asio::awaitable<bool> FrameMirror::Sync(std::chrono::milliseconds timeout) {

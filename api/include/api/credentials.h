@@ -44,7 +44,8 @@ class Credentials {
 
   std::expected<std::pair<KeyRecord, std::string>, std::string> CreateKey(const std::string& name, int64_t now_ms);
   std::vector<KeyRecord> LiveKeys() const;
-  enum class RevokeResult { kRevoked, kNotFound, kLastKey, kStoreError };
+  // kEnded: the token was revoked before, or expired (revoking it again changes nothing).
+  enum class RevokeResult { kRevoked, kEnded, kNotFound, kLastKey, kStoreError };
   RevokeResult RevokeKey(const std::string& id, int64_t now_ms);
 
   std::expected<std::pair<TokenRecord, std::string>, std::string> CreateToken(const std::string& sandbox_id,

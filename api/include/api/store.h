@@ -66,6 +66,8 @@ class Store {
   std::expected<std::vector<KeyRecord>, std::string> LoadKeys();
   std::expected<void, std::string> PutToken(const TokenRecord& r);
   std::expected<std::vector<TokenRecord>, std::string> LoadTokens();
+  // Whether a token of this id was ever made (expired ones stay on record).
+  std::expected<bool, std::string> TokenExists(const std::string& id);
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

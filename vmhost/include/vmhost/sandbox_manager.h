@@ -31,7 +31,9 @@
 #include "vmhost/qmp.h"
 #include "vmhost/sandbox.h"
 #include "vmhost/sandbox_host.h"
+#include "vmhost/restorer.h"
 #include "vmhost/slot_pool.h"
+#include "vmhost/vm_pools.h"
 
 namespace deskbox::vmhost {
 
@@ -123,8 +125,10 @@ class SandboxManager final : public SandboxHost {
   boost::asio::awaitable<std::expected<std::vector<UniqueFd>, VmError>> OpenUplinkSockets(bool ipv6, bool udp,
                                                                                           unsigned count) override;
   // Waits until the guest's RFB server sends its banner and Chromium's /json/version answers.
+  // `stop`, when given, is asked between tries: true ends the wait at once (a sandbox destroyed
+  // meanwhile has no network left to try).
   boost::asio::awaitable<std::expected<void, VmError>> WaitGuestServices(
-      uint32_t slot, std::chrono::milliseconds timeout);
+      uint32_t slot, std::chrono::milliseconds timeout, std::function<bool()> stop = {});
 
   // Destroys every pooled VM, and every sandbox unless `keep_sandboxes` (their QEMUs keep
   // running for the next process to Recover); the manager refills nothing afterwards.
@@ -141,10 +145,18 @@ class SandboxManager final : public SandboxHost {
   // Pool VMs run at nice 10, handed-out ones at 0 (jailer SetSlotPriority).
   boost::asio::awaitable<void> SetPriority(Sandbox& sb, bool background);
   boost::asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> Prestart(uint32_t slot);
+  // restorer_'s steps on the sandbox's channels.
   boost::asio::awaitable<std::expected<void, VmError>> Restore(Sandbox& sb);
   boost::asio::awaitable<std::expected<void, VmError>> HandOut(Sandbox& sb);
-  // Pings the guest agent with short tries until one is answered or `timeout` passes.
-  boost::asio::awaitable<std::expected<void, VmError>> PingAgent(Sandbox& sb, std::chrono::milliseconds timeout);
+  // One step of the refill loop (sandbox_pools.cc): whether it made something, or failed.
+  struct RefillOutcome {
+    bool progress = false;
+    bool failed = false;
+  };
+  boost::asio::awaitable<RefillOutcome> RefillWarm(std::shared_ptr<bool> alive);
+  boost::asio::awaitable<RefillOutcome> RefillPrestarted(std::shared_ptr<bool> alive);
+  // Closes a pooled VM's channels and releases its slot (its QEMU goes with the slot).
+  boost::asio::awaitable<void> DiscardPooled(Sandbox& sb);
   // Restarts the browser processes that hold snapshot-shared random state and reloads every
   // page in a new renderer, then waits until the guest answers RFB and CDP and every page runs
   // script (a client connecting earlier would race the reload).
@@ -192,8 +204,8 @@ class SandboxManager final : public SandboxHost {
   v1::TemplateManifest manifest_;
   std::string accelerator_;
   SlotPool slots_;
-  std::deque<std::shared_ptr<Sandbox>> prestarted_;
-  std::deque<std::shared_ptr<Sandbox>> warm_;
+  VmPools pools_;
+  Restorer restorer_;
   uint64_t trims_total_ = 0;
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   boost::asio::steady_timer refill_timer_;

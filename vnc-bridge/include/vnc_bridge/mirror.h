@@ -81,6 +81,13 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   // most `timeout`. False when it could not tell: the server does no fences, the connection
   // changed, or the time ran out.
   boost::asio::awaitable<bool> Sync(std::chrono::milliseconds timeout);
+  // Input queued or being written, not yet taken by the guest's socket.
+  size_t unsent() const { return pending_.size() + in_flight_; }
+  // Lets the writer catch up: waits until at most `at_most` bytes of input are unsent. Input is
+  // queued without waiting, so a long run of it (typing long text) calls this between parts to
+  // stay far below the cap on unsent input. Errors: not ready, or the guest took nothing
+  // within `timeout` (kTooLarge, as when the cap is reached).
+  boost::asio::awaitable<std::expected<void, Error>> Drain(size_t at_most, std::chrono::milliseconds timeout);
   Point pointer() const { return pointer_; }
   uint8_t buttons() const { return buttons_; }
 
@@ -107,6 +114,8 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   void Notify();
   // Sleeps until `until` or Notify().
   boost::asio::awaitable<void> WaitChange(Clock::time_point until);
+  // Sleeps until `until` or a cancel of the timers in `waiters` (Notify() for waiters_).
+  boost::asio::awaitable<void> WaitOn(std::set<boost::asio::steady_timer*>& waiters, Clock::time_point until);
 
   boost::asio::any_io_executor executor_;
   Connector connect_;
@@ -114,6 +123,8 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   std::unique_ptr<RfbClient> client_;
   std::shared_ptr<boost::asio::ip::tcp::socket> socket_;
   std::string pending_;  // output not yet written
+  size_t in_flight_ = 0;  // output being written
+  std::set<boost::asio::steady_timer*> drain_waiters_;  // woken after each write
   bool writing_ = false;
   bool stopped_ = false;
   bool started_ = false;
