@@ -23,12 +23,13 @@ print_stage_times() {
   for s in "${_stage_times[@]}"; do printf '  %s\n' "$s" >&2; done
 }
 
+# build [TARGET...]: configures and builds the targets (all of them when none is named).
 build() {
   # ccache keys on paths relative to the checkout, so every clone (CI's is a fresh one each
   # time) reuses what an earlier one compiled. Debug info then names the first clone's paths.
   export CCACHE_BASEDIR="$DESKBOX_ROOT" CCACHE_NOHASHDIR=true
   cmake -S "$DESKBOX_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  ninja -C "$BUILD_DIR"
+  ninja -C "$BUILD_DIR" "$@"
 }
 
 # Builds the guest image and the template if their cache keys are missing; prints the

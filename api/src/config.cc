@@ -196,6 +196,15 @@ const std::vector<Setting>& Settings() {
        }},
       {"--egress-dns-qps", "DESKBOX_EGRESS_DNS_QPS", "N", "DNS queries a sandbox may send per second, 1..10000 (default 100)",
        Number(&DaemonConfig::egress_dns_qps, 1, 10000)},
+      {"--log-format", "DESKBOX_LOG_FORMAT", "text|json",
+       "log lines as text, or as JSON objects with time, level, component, message, sandbox_id and "
+       "request_id (default text)",
+       [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
+         if (v == "text") c.log_format = log::Format::kText;
+         else if (v == "json") c.log_format = log::Format::kJson;
+         else return std::unexpected(fmt::format("'{}' is not text or json", v));
+         return {};
+       }},
   };
   return settings;
 }

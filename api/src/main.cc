@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   api::DaemonConfig config = parsed->config;
+  log::SetFormat(config.log_format);
   if (::geteuid() == 0)
     return Fail("refusing to run as root: it parses bytes from guests; run it as an unprivileged user "
                 "(scripts/up uses the 'deskbox' user)");

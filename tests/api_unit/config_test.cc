@@ -115,6 +115,23 @@ TEST(ConfigTest, UsageListsEverySetting) {
     EXPECT_NE(u.find(s), std::string::npos) << s;
 }
 
+TEST(ConfigTest, LogFormatIsTextOrJson) {
+  auto c = ParseConfig({}, {});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->config.log_format, log::Format::kText);
+  c = ParseConfig({"--log-format=json"}, {});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.log_format, log::Format::kJson);
+  c = ParseConfig({}, {{"DESKBOX_LOG_FORMAT", "json"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->config.log_format, log::Format::kJson);
+  auto bad = ParseConfig({"--log-format=xml"}, {});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().find("--log-format"), std::string::npos) << bad.error();
+  EXPECT_NE(bad.error().find("'xml' is not text or json"), std::string::npos) << bad.error();
+  EXPECT_NE(Usage().find("DESKBOX_LOG_FORMAT"), std::string::npos);
+}
+
 TEST(ConfigTest, EgressDefaults) {
   auto c = ParseConfig({}, {});
   ASSERT_TRUE(c) << c.error();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "vmhost/qemu_command.h"
 
 namespace deskbox::api {
@@ -19,6 +20,7 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/deskbox";
   std::string cache_dir = "/var/cache/deskbox";
   std::string novnc_dir = "/usr/share/novnc";  // noVNC (Debian's novnc package), for the view page
+  log::Format log_format = log::Format::kText;
   std::string api_key;  // bootstrap key (DESKBOX_API_KEY); empty: generate on first start
   std::string template_name;  // empty: the newest complete template in the cache
   std::string jailer_socket = "/run/deskbox/jailer.sock";
