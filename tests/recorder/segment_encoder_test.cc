@@ -86,6 +86,14 @@ class SegmentEncoderTest : public ::testing::Test {
     EXPECT_TRUE(e) << e.error().message;
     return e ? std::move(*e) : nullptr;
   }
+  // Frames every `step` ms from `from` to `to`, the square moving 1 px per `ms_per_px` ms.
+  ::testing::AssertionResult AddMoving(SegmentEncoder& enc, int from, int to, int step, int ms_per_px) {
+    for (int t = from; t <= to; t += step) {
+      auto px = Screen(static_cast<uint32_t>(t / ms_per_px));
+      if (auto r = enc.AddFrame(px.data(), kW * 4, t); !r) return ::testing::AssertionFailure() << r.error().message;
+    }
+    return ::testing::AssertionSuccess();
+  }
   std::string Read(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return {std::istreambuf_iterator<char>(f), {}};
@@ -124,11 +132,7 @@ TEST_F(SegmentEncoderTest, KeyframesComeByTimeAndEachStartsAFragment) {
   auto path = Path("0.mp4");
   auto enc = OpenOrDie(path, {.keyframe_every = 2000ms});
   ASSERT_TRUE(enc);
-  // Frames every 500 ms for 6 s.
-  for (int t = 0; t <= 6000; t += 500) {
-    auto px = Screen(static_cast<uint32_t>(t / 50));
-    ASSERT_TRUE(enc->AddFrame(px.data(), kW * 4, t));
-  }
+  ASSERT_TRUE(AddMoving(*enc, 0, 6000, 500, 50));  // every 500 ms for 6 s
   auto stats = enc->Finish(6000);
   ASSERT_TRUE(stats);
   EXPECT_EQ(stats->keyframes, 4u);
@@ -168,10 +172,7 @@ TEST_F(SegmentEncoderTest, AFileCutOffByACrashPlaysUpToItsLastWholeFragment) {
   auto path = Path("0.mp4");
   auto enc = OpenOrDie(path, {.keyframe_every = 1000ms});
   ASSERT_TRUE(enc);
-  for (int t = 0; t <= 3500; t += 100) {
-    auto px = Screen(static_cast<uint32_t>(t / 20));
-    ASSERT_TRUE(enc->AddFrame(px.data(), kW * 4, t));
-  }
+  ASSERT_TRUE(AddMoving(*enc, 0, 3500, 100, 20));
   // What is on disk now is what a kill -9 would leave: no trailer, the fragment from 3 s on
   // still in the muxer.
   std::string on_disk = Read(path);
