@@ -20,12 +20,17 @@ constexpr size_t kMaxSegmentBytes = size_t{4} << 30;  // a repair reads at most 
 
 std::string SegmentPath(const std::string& dir, uint32_t index) { return fmt::format("{}/{:06}.mp4", dir, index); }
 
-// Cuts `path` back to its whole fragments: the layout, or nullopt when nothing of it plays (the
-// file is removed then).
-std::expected<std::optional<Mp4Layout>, EncoderError> CutToWhole(const std::string& path) {
+// The file's bytes, scanned.
+std::expected<std::expected<Mp4Layout, Mp4Error>, EncoderError> ReadAndScan(const std::string& path) {
   auto bytes = ReadFile(path, kMaxSegmentBytes);
   if (!bytes) return std::unexpected(EncoderError{fmt::format("{}: {}", path, ErrnoString(bytes.error()))});
-  auto layout = ScanFragments(*bytes);
+  return ScanFragments(*bytes);
+}
+
+// Cuts `path`, whose scan is `layout`, back to its whole fragments: the layout, or nullopt when
+// nothing of it plays (the file is removed then).
+std::expected<std::optional<Mp4Layout>, EncoderError> CutToWhole(const std::string& path,
+                                                                 const std::expected<Mp4Layout, Mp4Error>& layout) {
   if (!layout || layout->fragments == 0) {
     std::error_code ec;
     std::filesystem::remove(path, ec);
@@ -176,6 +181,10 @@ void ScreenRecorder::Finish(int64_t end_ms) {
     return;
   }
   current_.sha256 = ToHex(*digest);
+  Report();
+}
+
+void ScreenRecorder::Report() {
   {
     std::lock_guard lk(mu_);
     ++stats_.segments;
@@ -193,17 +202,15 @@ void ScreenRecorder::Failed(const std::string& what) {
   // The segment ends where its last whole fragment does; the next frame starts another.
   int64_t last_pts = encoder_->stats().last_pts_ms;
   encoder_.reset();
-  auto layout = CutToWhole(current_.path);
+  auto scanned = ReadAndScan(current_.path);
+  if (!scanned) return;
+  auto layout = CutToWhole(current_.path, *scanned);
   if (!layout || !*layout) return;
   current_.end_ms = current_.start_ms + std::max<int64_t>(last_pts, 0);
   current_.bytes = (*layout)->whole_length;
   current_.truncated = true;
   if (auto digest = Sha256File(current_.path)) current_.sha256 = ToHex(*digest);
-  {
-    std::lock_guard lk(mu_);
-    ++stats_.segments;
-  }
-  if (on_segment_) on_segment_(current_);
+  Report();
 }
 
 std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const std::string& dir) {
@@ -216,11 +223,10 @@ std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const s
   if (ec) return std::unexpected(EncoderError{fmt::format("{}: {}", dir, ec.message())});
   std::sort(files.begin(), files.end());
   for (const auto& p : files) {
-    auto bytes = ReadFile(p.string(), kMaxSegmentBytes);
-    if (!bytes) return std::unexpected(EncoderError{fmt::format("{}: {}", p.string(), ErrnoString(bytes.error()))});
-    auto layout = ScanFragments(*bytes);
-    if (layout && layout->complete) continue;
-    auto cut = CutToWhole(p.string());
+    auto scanned = ReadAndScan(p.string());
+    if (!scanned) return std::unexpected(scanned.error());
+    if (*scanned && (*scanned)->complete) continue;
+    auto cut = CutToWhole(p.string(), *scanned);
     if (!cut) return std::unexpected(cut.error());
     if (!*cut) {
       log::Warn(kLog, "{}: nothing of it plays; removed", p.string());

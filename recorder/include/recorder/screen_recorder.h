@@ -89,6 +89,8 @@ class ScreenRecorder {
   void Encode(ScreenFrame& f);
   void Finish(int64_t end_ms);
   void Failed(const std::string& what);
+  // Counts current_ as a finished segment and hands it to on_segment_.
+  void Report();
 
   RecorderSettings settings_;
   OnSegment on_segment_;
