@@ -31,7 +31,9 @@ constexpr const char* kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 constexpr const char* kJsonNames[] = {"debug", "info", "warn", "error"};
 
 // A JSON string of `s`: escapes what JSON requires and replaces bytes that are not UTF-8 with
-// U+FFFD, so that every line parses whatever a message holds.
+// U+FFFD, so that every line parses whatever a message holds. Written here rather than with
+// nlohmann's dump (error_handler_t::replace, as the API does): the jailer logs through this
+// file and links no JSON library (vmhost_jailer_links_test).
 void AppendJsonString(std::string& out, std::string_view s) {
   out += '"';
   for (size_t i = 0; i < s.size();) {

@@ -541,18 +541,15 @@ const std::vector<Excepted> kNotHermetic = {
      "SPEC: no path answers 502; an absent or broken guest screen is retried until the 20 s wait "
      "for it ends in 504"},
     {"performActions", 500,
-     "only when an action fails with the screen still connected (its unsent input over 1 MiB); "
-     "today a valid request "
-     "does that to a healthy screen, a defect asserted in "
-     "DesktopRoutesTest.DISABLED_LongTextWithinTheLimitsReaches"
-     "AHealthyScreen, not a code to assert"},
+     "only when an action fails with the screen still connected: a guest that takes no input for "
+     "10 s (typing waits for the writer; DesktopRoutesTest.LongTextWithinTheLimitsReachesAHealthy"
+     "Screen shows a healthy screen gets 200)"},
     {"computerAnthropic", 500,
      "only when rendering or encoding a mirrored framebuffer fails; a failed action is a 200 "
      "tool_result with is_error"},
     {"computerOpenAi", 500,
-     "only when an action fails with the screen still connected (its unsent input over 1 MiB, as "
-     "for performActions) "
-     "or encoding a mirrored framebuffer fails"},
+     "only when an action fails with the screen still connected (a guest that takes no input "
+     "for 10 s, as for performActions) or encoding a mirrored framebuffer fails"},
     {"viewerSocket", 500, "no path answers 500"},
     {"getClipboard", 500, "every agent failure is answered 502 or 504; no path answers 500"},
     {"setClipboard", 500, "every agent failure is answered 502 or 504; no path answers 500"},

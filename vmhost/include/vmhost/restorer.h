@@ -45,8 +45,6 @@ class Restorer {
   boost::asio::awaitable<std::expected<void, VmError>> PingAgent(AgentClient& agent,
                                                                  std::chrono::milliseconds timeout) const;
 
-  const RestoreSettings& settings() const { return settings_; }
-
  private:
   boost::asio::awaitable<std::expected<void, VmError>> HandOutStep(AgentClient& agent, uint32_t slot, bool clock) const;
 

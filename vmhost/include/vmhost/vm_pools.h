@@ -59,7 +59,6 @@ class VmPools {
 
   size_t prestarted() const { return prestarted_.size(); }
   size_t warm() const { return warm_.size(); }
-  const PoolTargets& targets() const { return targets_; }
 
  private:
   PoolTargets targets_;
