@@ -1,5 +1,7 @@
 #include "access_routes.h"
 
+#include "recording_routes.h"
+
 #include <fmt/format.h>
 
 #include "api/json_input.h"
@@ -30,13 +32,19 @@ Reply AccessRoutes::CreateToken(Call& c) {
   auto body = co_await ReadJson(c);
   if (!body) co_return body.error();
   ObjectReader in(*body);
-  auto scope = in.Enum("scope", {"view", "control", "cdp"});
-  if (in.ok() && !scope) in.Fail("scope is required (view, control or cdp)");
+  auto scope = in.Enum("scope", {"view", "control", "cdp", "replay"});
+  if (in.ok() && !scope) in.Fail("scope is required (view, control, cdp or replay)");
   auto ttl = in.Integer("ttl_s", 1, 30 * 24 * 3600);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
-  if ((*r)->state == SandboxState::kStopped || (*r)->state == SandboxState::kFailed)
+  bool ended = (*r)->state == SandboxState::kStopped || (*r)->state == SandboxState::kFailed;
+  // A replay token reads a recording, which outlives its sandbox until retention removes it.
+  if (ended && *scope == "replay" && !RecordingRetained(ctx_.config, c.id))
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {} and no recording of it is kept", c.id,
+                                vmhost::ToString((*r)->state)));
+  if (ended && *scope != "replay")
     co_return Error(409, "invalid_state",
                     fmt::format("sandbox {} is {}", c.id, vmhost::ToString((*r)->state)));
   int64_t now = ctx_.clock.NowMs();

@@ -196,6 +196,33 @@ const std::vector<Setting>& Settings() {
        }},
       {"--egress-dns-qps", "DESKBOX_EGRESS_DNS_QPS", "N", "DNS queries a sandbox may send per second, 1..10000 (default 100)",
        Number(&DaemonConfig::egress_dns_qps, 1, 10000)},
+      {"--recording", "DESKBOX_RECORDING", "on|off",
+       "record the screen of a sandbox created without a \"recording\" member (default on)",
+       [](DaemonConfig& c, const std::string& v) -> std::expected<void, std::string> {
+         if (v == "on") c.recording = true;
+         else if (v == "off") c.recording = false;
+         else return std::unexpected(fmt::format("'{}' is not on or off", v));
+         return {};
+       }},
+      {"--recording-dir", "DESKBOX_RECORDING_DIR", "DIR", "screen recordings (default <state-dir>/recordings)",
+       Path(&DaemonConfig::recording_dir)},
+      {"--recording-fps", "DESKBOX_RECORDING_FPS", "N", "most frames a second a recording takes, 1..60 (default 15)",
+       Number(&DaemonConfig::recording_fps, 1, 60)},
+      {"--recording-segment", "DESKBOX_RECORDING_SEGMENT_S", "SECONDS",
+       "longest recording segment, 10..600 (default 60)", Number(&DaemonConfig::recording_segment_s, 10, 600)},
+      {"--recording-keyframe", "DESKBOX_RECORDING_KEYFRAME_S", "SECONDS",
+       "a keyframe at least this often; a crash loses at most this much video, 1..10 (default 2)",
+       Number(&DaemonConfig::recording_keyframe_s, 1, 10)},
+      {"--recording-quota", "DESKBOX_RECORDING_QUOTA_MIB", "MIB",
+       "disk for all recordings; over it, recordings of deleted sandboxes go first, oldest first, then "
+       "recording stops, 1..16777216 (default 20480)",
+       Number(&DaemonConfig::recording_quota_mib, 1, uint64_t{1} << 24)},
+      {"--recording-retention", "DESKBOX_RECORDING_RETENTION_DAYS", "DAYS",
+       "keep a recording this long after its sandbox ended, 0..3650 (default 30; 0: until the quota needs the room)",
+       Number(&DaemonConfig::recording_retention_days, 0, 3650)},
+      {"--recording-max", "DESKBOX_RECORDING_MAX_MIB", "MIB",
+       "largest recording of one sandbox; recording stops there, 1..16777216 (default 4096)",
+       Number(&DaemonConfig::recording_max_mib, 1, uint64_t{1} << 24)},
       {"--log-format", "DESKBOX_LOG_FORMAT", "text|json",
        "log lines as text, or as JSON objects with time, level, component, message, sandbox_id and "
        "request_id (default text)",
@@ -316,6 +343,7 @@ std::expected<ConfigOutcome, std::string> ParseConfig(const std::vector<std::str
     }
     if (auto r = found->apply(out.config, value); !r) return std::unexpected(fmt::format("{}: {}", name, r.error()));
   }
+  if (out.config.recording_dir.empty()) out.config.recording_dir = out.config.state_dir + "/recordings";
   return out;
 }
 

@@ -12,6 +12,7 @@ std::string_view ToString(Scope s) {
     case Scope::kView: return "view";
     case Scope::kControl: return "control";
     case Scope::kCdp: return "cdp";
+    case Scope::kReplay: return "replay";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ std::optional<Scope> ParseScope(std::string_view s) {
   if (s == "view") return Scope::kView;
   if (s == "control") return Scope::kControl;
   if (s == "cdp") return Scope::kCdp;
+  if (s == "replay") return Scope::kReplay;
   return std::nullopt;
 }
 

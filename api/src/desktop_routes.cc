@@ -123,15 +123,7 @@ void DesktopRoutes::Register(Router& router) {
 }
 
 void DesktopRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
-  if (r.state != SandboxState::kRunning) StopMirror(r.id);
-}
-
-void DesktopRoutes::StopMirror(const std::string& id) {
-  last_paste_.erase(id);
-  auto it = mirrors_.find(id);
-  if (it == mirrors_.end()) return;
-  it->second->Stop();
-  mirrors_.erase(it);
+  if (r.state != SandboxState::kRunning) last_paste_.erase(r.id);
 }
 
 asio::awaitable<std::expected<std::shared_ptr<vb::FrameMirror>, HttpResponse>>
@@ -143,26 +135,7 @@ DesktopRoutes::ReadyMirror(const std::string& id) {
   if (!sb || sb->state() != SandboxState::kRunning)
     co_return R(
         std::unexpected(Error(409, "invalid_state", fmt::format("sandbox {} is not running", id))));
-  auto it = mirrors_.find(id);
-  if (it == mirrors_.end()) {
-    uint32_t slot = sb->slot();
-    // The connector checks, at every (re)connect, that the slot still holds this sandbox: a
-    // mirror must never reach the next sandbox to use the slot.
-    auto connect = [this, id,
-                    slot]() -> asio::awaitable<std::expected<asio::ip::tcp::socket, vb::Error>> {
-      auto now = ctx_.manager.Find(id);
-      if (!now || now->slot() != slot || now->state() != SandboxState::kRunning)
-        co_return std::unexpected(
-            vb::Error{vb::ErrorCode::kClosed, "the sandbox is no longer running"});
-      auto s = co_await ctx_.manager.ConnectGuest(slot, slot_network::kGuestRfbPort, 5s);
-      if (!s) co_return std::unexpected(ToScreenError(std::move(s.error())));
-      co_return std::move(*s);
-    };
-    auto m = std::make_shared<vb::FrameMirror>(ctx_.executor, std::move(connect), id);
-    m->Start();
-    it = mirrors_.emplace(id, std::move(m)).first;
-  }
-  auto mirror = it->second;
+  auto mirror = mirrors_.Get(id, sb->slot());
   // The screen of a sandbox whose pages still reload after its restore is not what the caller
   // asked for; the mirror connects meanwhile.
   if (auto fresh = co_await ctx_.manager.WaitBrowserFresh(sb, kBrowserFreshTimeout); !fresh) {
@@ -395,6 +368,15 @@ asio::awaitable<DesktopRoutes::StepOutcome> DesktopRoutes::PerformStep(
         Dump(params.is_array() && a.index < params.size() ? params[a.index] : params));
     bool last = a.index + 1 == actions.size();
     ev->set_frame_seq(last ? out.settled.seq : a.seq);
+    // The last action's event is dated when the frame it led to arrived, so that it lines up
+    // with that frame in the screen recording (whose frames are dated on arrival too).
+    if (last && out.settled.changed)
+      if (auto at = m.UpdateTime(out.settled.seq)) {
+        auto ago = vb::FrameMirror::Clock::now() - *at;
+        e.set_time_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               (std::chrono::system_clock::now() - ago).time_since_epoch())
+                               .count());
+      }
     ev->set_settled(last && out.settled.settled);
     ev->set_duration_ms(
         static_cast<uint32_t>((last ? out.settled.waited + a.took : a.took).count()));

@@ -1,13 +1,14 @@
 #pragma once
 // DesktopRoutes: the screen (vnc-bridge) — screenshots from the sandbox's screen mirror, actions
 // with settle detection, the pointer position, and the model tool adapters (Anthropic, OpenAI
-// computer-use calls as they come). A mirror follows one running VM: it stops when the sandbox
-// leaves the running state.
+// computer-use calls as they come). The mirrors are ScreenMirrors': one per running sandbox,
+// shared with the screen recorder.
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "api_context.h"
+#include "screen_mirrors.h"
 #include "computer_use/display.h"
 #include "vnc_bridge/input.h"
 #include "vnc_bridge/mirror.h"
@@ -16,11 +17,8 @@ namespace deskbox::api {
 
 class DesktopRoutes final : public SandboxStateListener {
  public:
-  explicit DesktopRoutes(ApiContext& ctx) : ctx_(ctx) {}
+  DesktopRoutes(ApiContext& ctx, ScreenMirrors& mirrors) : ctx_(ctx), mirrors_(mirrors) {}
   void Register(Router& router);
-  void StopAll() {
-    while (!mirrors_.empty()) StopMirror(mirrors_.begin()->first);
-  }
 
   void OnSandboxState(const SandboxRecord& r, vmhost::SandboxState from) override;
 
@@ -34,7 +32,6 @@ class DesktopRoutes final : public SandboxStateListener {
   // The sandbox's screen mirror, started on first use.
   boost::asio::awaitable<std::expected<std::shared_ptr<vnc_bridge::FrameMirror>, HttpResponse>>
   ReadyMirror(const std::string& id);
-  void StopMirror(const std::string& id);
   // The display a call works in: its own `display` (`asked`), else the one declared for the
   // sandbox (create or PATCH), else none (the screen's size).
   std::optional<computer_use::DisplaySize> EffectiveDisplay(
@@ -62,7 +59,7 @@ class DesktopRoutes final : public SandboxStateListener {
       const nlohmann::json& params, const std::optional<vnc_bridge::SettleOptions>& settle);
 
   ApiContext& ctx_;
-  std::map<std::string, std::shared_ptr<vnc_bridge::FrameMirror>> mirrors_;
+  ScreenMirrors& mirrors_;
   std::map<std::string, vnc_bridge::FrameMirror::Clock::time_point> last_paste_;  // last ctrl+v, per sandbox
 };
 

@@ -25,7 +25,7 @@ EventRoutes::~EventRoutes() {
 void EventRoutes::Register(Router& router) {
   router.Add({.method = verb::get,
               .pattern = "/v1/sandboxes/{id}/events",
-              .access = Access::Tokens({Scope::kView, Scope::kControl}),
+              .access = Access::Tokens({Scope::kView, Scope::kControl, Scope::kReplay}).InQuery(),
               .handler = [this](Call& c) { return GetEvents(c); }});
 }
 
@@ -48,6 +48,7 @@ Reply EventRoutes::GetEvents(Call& c) {
       if (n < min || n > max) return std::nullopt;
       return n;
     };
+    if (k == "token") continue;  // the credential (the replay page's calls)
     if (k == "since") {
       auto n = number(0, UINT64_MAX / 2);
       if (!n)

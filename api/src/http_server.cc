@@ -162,13 +162,24 @@ namespace {
 
 class StreamChunkWriter final : public ChunkWriter {
  public:
-  explicit StreamChunkWriter(beast::tcp_stream& s) : s_(s) {}
+  // `length`: a body of this many bytes, written as they come (no chunks); else chunked.
+  StreamChunkWriter(beast::tcp_stream& s, std::optional<uint64_t> length) : s_(s), length_(length) {}
   asio::awaitable<bool> Write(std::string_view data) override {
     if (data.empty() || failed_) co_return !failed_;
     boost::system::error_code ec;
     s_.expires_after(std::chrono::seconds(120));
-    co_await asio::async_write(s_, http::make_chunk(asio::buffer(data.data(), data.size())),
-                               asio::redirect_error(asio::use_awaitable, ec));
+    if (length_) {
+      if (data.size() > *length_ - written_) {
+        failed_ = true;  // more than the head announced: a bug, never sent
+        co_return false;
+      }
+      co_await asio::async_write(s_, asio::buffer(data.data(), data.size()),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      written_ += data.size();
+    } else {
+      co_await asio::async_write(s_, http::make_chunk(asio::buffer(data.data(), data.size())),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    }
     if (ec) failed_ = true;
     co_return !failed_;
   }
@@ -187,6 +198,10 @@ class StreamChunkWriter final : public ChunkWriter {
   }
   asio::awaitable<void> Finish() {
     if (failed_) co_return;
+    if (length_) {
+      if (written_ != *length_) failed_ = true;  // the client cannot tell: close
+      co_return;
+    }
     boost::system::error_code ec;
     s_.expires_after(std::chrono::seconds(30));
     co_await asio::async_write(s_, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
@@ -196,6 +211,8 @@ class StreamChunkWriter final : public ChunkWriter {
 
  private:
   beast::tcp_stream& s_;
+  std::optional<uint64_t> length_;
+  uint64_t written_ = 0;
   bool failed_ = false;
 };
 
@@ -302,13 +319,16 @@ asio::awaitable<void> HttpServer::Session(tcp::socket socket) {
       http::response<http::empty_body> head{static_cast<http::status>(res.status), version};
       head.set(http::field::content_type, res.content_type);
       for (auto& [k, v] : res.headers) head.set(k, v);
-      head.chunked(true);
+      if (res.length)
+        head.content_length(*res.length);
+      else
+        head.chunked(true);
       head.keep_alive(keep_alive);
       http::response_serializer<http::empty_body> sr{head};
       stream.expires_after(std::chrono::seconds(30));
       co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
       if (ec) break;
-      StreamChunkWriter writer(stream);
+      StreamChunkWriter writer(stream, res.length);
       co_await res.stream(writer);
       co_await writer.Finish();
       if (writer.failed()) break;

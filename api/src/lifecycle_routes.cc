@@ -199,6 +199,7 @@ json LifecycleRoutes::SandboxJson(const SandboxRecord& r) const {
               {"create_path", r.create_path},
               {"create_ms", r.create_ms},
               {"browser_ready", browser_ready},
+              {"recording", {{"enabled", r.recording}, {"url", "/v1/sandboxes/" + r.id + "/recording"}}},
               {"events_url", "/v1/sandboxes/" + r.id + "/events"}};
 }
 
@@ -250,6 +251,12 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
       policy = std::move(*p);
   }
   std::string egress = Dump(egress::PolicyJson(policy));
+  bool recording = config.recording;
+  if (const json* rec = in.Object("recording")) {
+    ObjectReader rr(*rec, "recording");
+    if (auto on = rr.Bool("enabled")) recording = *on;
+    if (auto e = rr.Finish()) in.Fail(*e);
+  }
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   if (tpl && *tpl != config.template_name)
     co_return Error(422, "unknown_template",
@@ -322,6 +329,7 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   r.create_ms = std::round(ms * 10) / 10;
   r.owner = c.principal.id;
   r.browser_refreshing = (*sb)->browser_refreshing();
+  r.recording = recording;
   if ((*sb)->state() != SandboxState::kRunning) {
     // It died between restore and now: keep the record, say so.
     r.state = SandboxState::kFailed;

@@ -11,6 +11,8 @@
 #include "event_routes.h"
 #include "guest_routes.h"
 #include "lifecycle_routes.h"
+#include "recording_routes.h"
+#include "screen_mirrors.h"
 #include "recorder/event_json.h"
 #include "timeout_clock.h"
 #include "viewer_routes.h"
@@ -112,8 +114,10 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& mana
       egress_(std::make_unique<EgressBinding>(*ctx_)),
       lifecycle_(std::make_unique<LifecycleRoutes>(*ctx_, *egress_)),
       timeouts_(std::make_unique<TimeoutClock>(*ctx_)),
+      mirrors_(std::make_unique<ScreenMirrors>(*ctx_)),
+      recordings_(std::make_unique<RecordingRoutes>(*ctx_, *mirrors_)),
       guest_(std::make_unique<GuestRoutes>(*ctx_)),
-      desktop_(std::make_unique<DesktopRoutes>(*ctx_)),
+      desktop_(std::make_unique<DesktopRoutes>(*ctx_, *mirrors_)),
       viewers_(std::make_unique<ViewerRoutes>(*ctx_)),
       cdp_(std::make_unique<CdpRoutes>(*ctx_)),
       access_(std::make_unique<AccessRoutes>(
@@ -128,6 +132,8 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& mana
   sandboxes_.Subscribe(cdp_.get());
   sandboxes_.Subscribe(viewers_.get());
   sandboxes_.Subscribe(desktop_.get());
+  sandboxes_.Subscribe(recordings_.get());
+  sandboxes_.Subscribe(mirrors_.get());
   sandboxes_.Subscribe(egress_.get());
   // A sandbox with a live view or a CDP session open is not trimmed, however idle.
   manager_.SetInUse([this](const std::string& id) {
@@ -140,6 +146,7 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& mana
   lifecycle_->Register(router_);
   guest_->Register(router_);
   events_->Register(router_);
+  recordings_->Register(router_);
   desktop_->Register(router_);
   viewers_->Register(router_);
   egress_->Register(router_);
@@ -166,6 +173,7 @@ std::expected<std::optional<std::string>, std::string> ApiService::Load() {
 
 asio::awaitable<void> ApiService::Recover() {
   co_await lifecycle_->Recover();
+  recordings_->Start();
   timeouts_->Start();
 }
 
@@ -176,7 +184,8 @@ asio::awaitable<void> ApiService::Shutdown() {
     cdp_->proxy().CloseSandbox(id, "deskboxd is stopping");
     viewers_->bridge().CloseSandbox(id, "deskboxd is stopping");
   }
-  desktop_->StopAll();
+  co_await recordings_->Shutdown();
+  mirrors_->StopAll();
   if (config_.destroy_on_exit) co_await lifecycle_->DestroyAll();
   co_await manager_.Shutdown(/*keep_sandboxes=*/!config_.destroy_on_exit);
   co_await events_->Flush();
@@ -221,6 +230,11 @@ Reply ApiService::GetMetrics(Call&) {
         static_cast<double>(es.dropped_queue_full + es.dropped_invalid + es.dropped_too_large)}}};
   g["deskbox_cdp_sessions"] = {"Open CDP WebSocket sessions.",
                                {{"", static_cast<double>(cdp_->proxy().TotalSessions())}}};
+  auto rt = recordings_->totals();
+  g["deskbox_recordings_active"] = {"Sandboxes whose screen is being recorded now.",
+                                    {{"", static_cast<double>(rt.recording)}}};
+  g["deskbox_recording_bytes"] = {"Bytes of all recordings on disk.",
+                                  {{"", static_cast<double>(rt.bytes)}}};
   HttpResponse res;
   res.content_type = "text/plain; version=0.0.4; charset=utf-8";
   res.body = metrics_.Render(g);
@@ -236,6 +250,19 @@ Reply ApiService::GetMetrics(Call&) {
   for (const auto& [method, n] : cdp_->proxy().method_counts())
     res.body +=
         fmt::format("deskbox_cdp_messages_total{{method=\"{}\"}} {}\n", LabelValue(method), n);
+  res.body += fmt::format(
+      "# HELP deskbox_recording_failures_total Recordings stopped by a failure (disk full, quota, "
+      "encoder) while their sandbox went on.\n"
+      "# TYPE deskbox_recording_failures_total counter\n"
+      "deskbox_recording_failures_total {}\n"
+      "# HELP deskbox_recording_segments_total Recording segments finished since start.\n"
+      "# TYPE deskbox_recording_segments_total counter\n"
+      "deskbox_recording_segments_total {}\n"
+      "# HELP deskbox_recording_dropped_frames_total Screen frames the encoders could not keep up "
+      "with.\n"
+      "# TYPE deskbox_recording_dropped_frames_total counter\n"
+      "deskbox_recording_dropped_frames_total {}\n",
+      rt.failures, rt.segments, rt.dropped_frames);
   const auto& ec = egress_->egress().counters();
   res.body += fmt::format(
       "# HELP deskbox_egress_dns_queries_total DNS queries from guests, by outcome.\n"

@@ -9,8 +9,9 @@ namespace deskbox::api {
 
 namespace {
 
-// 2: sandboxes.display ("WxH" or "") — a version 1 database is migrated on open.
-constexpr int kSchemaVersion = 3;
+// 2: sandboxes.display ("WxH" or ""); 3: sandboxes.browser_refreshing; 4: sandboxes.recording.
+// An older database is migrated on open.
+constexpr int kSchemaVersion = 4;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -21,7 +22,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL, stopped_at_ms INTEGER NOT NULL,
   metadata TEXT NOT NULL, egress TEXT NOT NULL, failure TEXT NOT NULL,
   create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL,
-  display TEXT NOT NULL DEFAULT '', browser_refreshing INTEGER NOT NULL DEFAULT 0);
+  display TEXT NOT NULL DEFAULT '', browser_refreshing INTEGER NOT NULL DEFAULT 0,
+  recording INTEGER NOT NULL DEFAULT 1);
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, hash BLOB NOT NULL,
   created_at_ms INTEGER NOT NULL, revoked_at_ms INTEGER NOT NULL);
@@ -99,7 +101,8 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
     };
     for (const Migration& m : {Migration{1, "ALTER TABLE sandboxes ADD COLUMN display TEXT NOT NULL DEFAULT ''"},
                                Migration{2, "ALTER TABLE sandboxes ADD COLUMN browser_refreshing INTEGER NOT NULL "
-                                            "DEFAULT 0"}}) {
+                                            "DEFAULT 0"},
+                               Migration{3, "ALTER TABLE sandboxes ADD COLUMN recording INTEGER NOT NULL DEFAULT 1"}}) {
       if (v != m.from) continue;
       std::string bump = fmt::format("UPDATE schema_version SET version = {}", m.from + 1);
       for (const char* sql : {"BEGIN", m.alter, bump.c_str(), "COMMIT"})
@@ -138,8 +141,8 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO sandboxes (id, state, template, slot, qemu_pid, width, height, timeout_s, "
               "on_timeout, expires_at_ms, created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, "
-              "create_path, create_ms, owner, display, browser_refreshing) "
-              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+              "create_path, create_ms, owner, display, browser_refreshing, recording) "
+              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving sandbox"));
   s.Text(1, r.id).Text(2, std::string(vmhost::ToString(r.state))).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
   s.Int(6, r.width).Int(7, r.height).Int(8, r.timeout_s).Text(9, r.on_timeout).Int(10, r.expires_at_ms);
@@ -147,6 +150,7 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
   s.Text(15, r.egress_json).Text(16, r.failure).Text(17, r.create_path).Real(18, r.create_ms).Text(19, r.owner);
   s.Text(20, r.display_w && r.display_h ? fmt::format("{}x{}", r.display_w, r.display_h) : std::string());
   s.Int(21, r.browser_refreshing ? 1 : 0);
+  s.Int(22, r.recording ? 1 : 0);
   if (s.Step() != SQLITE_DONE) return std::unexpected(Error("saving sandbox"));
   return {};
 }
@@ -155,7 +159,7 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
   Statement s(db_,
               "SELECT id, state, template, slot, qemu_pid, width, height, timeout_s, on_timeout, expires_at_ms, "
               "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner, "
-              "display, browser_refreshing FROM sandboxes ORDER BY created_at_ms");
+              "display, browser_refreshing, recording FROM sandboxes ORDER BY created_at_ms");
   if (!s.ok()) return std::unexpected(Error("loading sandboxes"));
   std::vector<SandboxRecord> out;
   int rc;
@@ -183,6 +187,7 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
     r.create_ms = s.ColReal(17);
     r.owner = s.ColText(18);
     r.browser_refreshing = s.ColInt(20) != 0;
+    r.recording = s.ColInt(21) != 0;
     if (unsigned w = 0, h = 0; std::sscanf(s.ColText(19).c_str(), "%ux%u", &w, &h) == 2) {
       r.display_w = w;
       r.display_h = h;

@@ -112,6 +112,25 @@ J Build(const v1::Event& in) {
       k["error"] = x.error();
       break;
     }
+    case v1::Event::kRecording: {
+      const auto& x = e.recording();
+      k["phase"] = x.phase();
+      k["index"] = x.index();
+      k["file"] = x.file();
+      if (x.start_unix_ms()) k["start"] = FormatTimeRfc3339(x.start_unix_ms() * 1000000);
+      if (x.end_unix_ms()) k["end"] = FormatTimeRfc3339(x.end_unix_ms() * 1000000);
+      k["start_ms"] = x.start_unix_ms();
+      k["end_ms"] = x.end_unix_ms();
+      k["bytes"] = x.bytes();
+      k["sha256"] = x.sha256();
+      k["width"] = x.width();
+      k["height"] = x.height();
+      k["frames"] = x.frames();
+      k["truncated"] = x.truncated();
+      k["detail"] = x.detail();
+      k["dropped_frames"] = x.dropped_frames();
+      break;
+    }
     case v1::Event::KIND_NOT_SET:
       return j;
   }
@@ -136,6 +155,8 @@ std::string_view KindName(const v1::Event& e) {
       return "exec";
     case v1::Event::kFile:
       return "file";
+    case v1::Event::kRecording:
+      return "recording";
     case v1::Event::KIND_NOT_SET:
       break;
   }

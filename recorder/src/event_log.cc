@@ -181,6 +181,14 @@ bool SanitizeUtf8(Event& e) {
       fix(k->mutable_error());
       break;
     }
+    case Event::kRecording: {
+      auto* k = e.mutable_recording();
+      fix(k->mutable_phase());
+      fix(k->mutable_file());
+      fix(k->mutable_sha256());
+      fix(k->mutable_detail());
+      break;
+    }
     case Event::KIND_NOT_SET:
       break;
   }

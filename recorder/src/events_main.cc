@@ -2,6 +2,10 @@
 //
 //   deskbox-events verify FILE              exit 0: "ok: N events, head <hex>"
 //                                           exit 1: what is wrong, at which offset and seq
+//   deskbox-events verify FILE --recording DIR
+//                                           also every screen recording segment in DIR
+//                                           against the log's recording events (size, SHA-256,
+//                                           missing and unlisted files); exit 1 names each one
 //   deskbox-events dump FILE [--since SEQ]  one JSON object per line (events with seq > SEQ);
 //                                           exit 1 if the log is damaged (after the good part)
 // Exit status 2: usage error or the file cannot be read.
@@ -14,13 +18,14 @@
 
 #include "recorder/event_json.h"
 #include "recorder/event_log.h"
+#include "recorder/recording_check.h"
 
 namespace {
 using deskbox::recorder::EventLogError;
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: deskbox-events verify FILE\n"
+               "usage: deskbox-events verify FILE [--recording DIR]\n"
                "       deskbox-events dump FILE [--since SEQ]\n");
   return 2;
 }
@@ -39,6 +44,19 @@ int Verify(const std::string& path) {
   }
   std::printf("ok: %llu events, head %s\n", static_cast<unsigned long long>(r->count),
               deskbox::ToHex(r->head).c_str());
+  return 0;
+}
+
+int VerifyRecording(const std::string& path, const std::string& dir) {
+  if (auto r = deskbox::recorder::EventLogReader::Open(path, {}); !r) {
+    std::fprintf(stderr, "bad: %s\n", r.error().message.c_str());
+    return ExitFor(r.error());
+  }
+  auto c = deskbox::recorder::CheckRecording(path, dir, std::nullopt);
+  for (const auto& p : c.problems) std::fprintf(stderr, "bad: %s: %s\n", p.kind.c_str(), p.message.c_str());
+  if (!c.ok) return 1;
+  std::printf("ok: %llu events, %llu segments, head %s\n", static_cast<unsigned long long>(c.events),
+              static_cast<unsigned long long>(c.segments_checked), c.head.c_str());
   return 0;
 }
 
@@ -71,6 +89,8 @@ int main(int argc, char** argv) {
   std::string_view cmd = argv[1];
   std::string path = argv[2];
   if (cmd == "verify" && argc == 3) return Verify(path);
+  if (cmd == "verify" && argc == 5 && std::string_view(argv[3]) == "--recording")
+    return VerifyRecording(path, argv[4]);
   if (cmd == "dump") {
     uint64_t since = 0;
     if (argc == 5 && std::string_view(argv[3]) == "--since") {

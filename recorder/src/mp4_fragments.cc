@@ -72,6 +72,7 @@ std::expected<Mp4Layout, Mp4Error> ScanFragments(std::string_view bytes) {
     } else if (t == "mfra" && !moof_end) {
       // The random-access index a finished segment ends with.
       layout.whole_length = end;
+      layout.finished = true;
     } else if (t != "free" && t != "skip" && t != "sidx" && t != "styp") {
       return std::unexpected(Mp4Error{fmt::format("unexpected box '{}' at {}", t, at)});
     }

@@ -110,7 +110,18 @@ void ScreenRecorder::Loop() {
       cv_.wait_for(lk, settings_.encoder.keyframe_every / 4);
       if (queue_.empty() && !stopping_ && encoder_) {
         lk.unlock();
-        if (auto r = encoder_->KeepAlive(settings_.now_ms() - current_.start_ms); !r) Failed(r.error().message);
+        int64_t now = settings_.now_ms();
+        if (now - current_.start_ms >= settings_.segment_max.count() && last_frame_) {
+          // A still screen's segment ends on time too; the next starts at once with the same
+          // screen, so the recording has no hole.
+          ScreenFrame again = std::move(*last_frame_);
+          last_frame_.reset();
+          again.time_ms = now;
+          Finish(now);
+          Encode(again);
+        } else if (auto r = encoder_->KeepAlive(now - current_.start_ms); !r) {
+          Failed(r.error().message);
+        }
         lk.lock();
       }
       continue;
@@ -152,6 +163,7 @@ void ScreenRecorder::Encode(ScreenFrame& f) {
     }
     encoder_ = std::move(*enc);
     current_ = FinishedSegment{.index = index, .path = path, .start_ms = f.time_ms, .width = w, .height = h};
+    if (settings_.on_open) settings_.on_open(index, f.time_ms);
   }
   // Frame times come from the offering side; a keep-alive may have coded a later time already.
   int64_t pts = std::max(f.time_ms - current_.start_ms, encoder_->stats().last_pts_ms + 1);
@@ -159,6 +171,7 @@ void ScreenRecorder::Encode(ScreenFrame& f) {
     Failed(r.error().message);
     return;
   }
+  last_frame_ = std::move(f);
   std::lock_guard lk(mu_);
   ++stats_.encoded;
 }
@@ -225,7 +238,7 @@ std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const s
   for (const auto& p : files) {
     auto scanned = ReadAndScan(p.string());
     if (!scanned) return std::unexpected(scanned.error());
-    if (*scanned && (*scanned)->complete) continue;
+    if (*scanned && (*scanned)->complete && (*scanned)->finished) continue;
     auto cut = CutToWhole(p.string(), *scanned);
     if (!cut) return std::unexpected(cut.error());
     if (!*cut) {

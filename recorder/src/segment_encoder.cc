@@ -95,6 +95,9 @@ std::expected<std::unique_ptr<SegmentEncoder>, EncoderError> SegmentEncoder::Ope
   av_opt_set(av.codec->priv_data, "tune", "zerolatency", 0);
   av_opt_set(av.codec->priv_data, "crf", std::to_string(settings.crf).c_str(), 0);
   av_opt_set(av.codec->priv_data, "forced-idr", "1", 0);  // a forced keyframe is an IDR frame
+  // SPS and PPS before every keyframe too, not only in the sample entry: a joined recording
+  // (mp4_join.h) whose screen size changes then plays across the change.
+  av_opt_set(av.codec->priv_data, "x264-params", "repeat-headers=1", 0);
   if (int e = avcodec_open2(av.codec, x264, nullptr); e < 0) return Fail("libx264", e);
 
   av.stream = avformat_new_stream(av.format, nullptr);
@@ -184,11 +187,12 @@ std::expected<SegmentStats, EncoderError> SegmentEncoder::Finish(int64_t end_ms)
   if (finished_) return Fail("the segment is finished");
   finished_ = true;
   Av& av = *av_;
-  // The last picture lasts until the segment's end: code it once more there.
-  // (It lasts 1 ms: the muxer would give it the duration of the frame before, and the file would
-  // run past end_ms.)
-  if (stats_.frames > 0 && end_ms > stats_.last_pts_ms) {
-    if (auto r = Encode(end_ms, false, 1); !r) return std::unexpected(r.error());
+  // The last picture lasts until the segment's end: code it once more 1 ms before it, lasting
+  // 1 ms, so that the file ends exactly at end_ms (the muxer would give it the duration of the
+  // frame before, and the file would run past end_ms). A joined recording then starts each
+  // segment at the sum of the earlier segments' end - start, the figure the API lists.
+  if (stats_.frames > 0 && end_ms - 1 > stats_.last_pts_ms) {
+    if (auto r = Encode(end_ms - 1, false, 1); !r) return std::unexpected(r.error());
   }
   if (int e = avcodec_send_frame(av.codec, nullptr); e < 0) return Fail("flushing the encoder", e);
   if (auto r = Drain(); !r) return std::unexpected(r.error());

@@ -200,8 +200,9 @@ TEST(Help, Forms) {
 }
 
 TEST(Help, EveryCommandHasUsage) {
-  for (const char* name : {"create", "ls", "show", "rm", "pause", "resume", "exec", "cp",
-                           "screenshot", "token", "events", "egress", "keys", "templates"}) {
+  for (const char* name :
+       {"create", "ls", "show", "rm", "pause", "resume", "exec", "cp", "screenshot", "token",
+        "events", "egress", "recording", "replay", "keys", "templates"}) {
     auto inv = Parse({name, "--help"});
     ASSERT_FALSE(inv) << name;
     EXPECT_EQ(inv.error().kind, ParseFailure::Kind::kHelp) << name;
@@ -576,6 +577,126 @@ TEST(Egress, BadForms) {
   EXPECT_TRUE(inv.error().usage.starts_with("usage: deskbox egress")) << inv.error().usage;
 }
 
+TEST(Recording, Subcommands) {
+  auto ls = ParseAs<RecordingShowCommand>({"recording", "ls", "sb-1"});
+  EXPECT_EQ(ls.id, "sb-1");
+  auto show = RecordingRequest(ls.id);
+  EXPECT_EQ(show.method, verb::get);
+  EXPECT_EQ(show.target, "/v1/sandboxes/sb-1/recording");
+  EXPECT_FALSE(show.body);
+
+  auto verify = RecordingVerifyRequest(
+      ParseAs<RecordingVerifyCommand>({"recording", "verify", "--json", "sb-1"}).id);
+  EXPECT_EQ(verify.method, verb::get);
+  EXPECT_EQ(verify.target, "/v1/sandboxes/sb-1/events/verify");
+  EXPECT_FALSE(verify.body);
+
+  auto rm = RecordingRemoveRequest(ParseAs<RecordingRemoveCommand>({"recording", "rm", "sb-1"}).id);
+  EXPECT_EQ(rm.method, verb::delete_);
+  EXPECT_EQ(rm.target, "/v1/sandboxes/sb-1/recording");
+  EXPECT_FALSE(rm.body);
+
+  // An id cannot escape its path segment.
+  EXPECT_EQ(RecordingRequest("../keys").target, "/v1/sandboxes/..%2Fkeys/recording");
+  auto inv = Parse({"recording", "ls", "sb-1", "--url", "http://h:4"});
+  ASSERT_TRUE(inv);
+  EXPECT_EQ(inv->global.url.port, "4");
+}
+
+TEST(Recording, GetWholeOrOneSegment) {
+  auto whole = ParseAs<RecordingGetCommand>({"recording", "get", "sb-1"});
+  EXPECT_EQ(whole.id, "sb-1");
+  EXPECT_FALSE(whole.segment);
+  EXPECT_EQ(whole.output, "sb-1.mp4");  // in the current directory
+  auto r = RecordingVideoRequest(whole);
+  EXPECT_EQ(r.method, verb::get);
+  EXPECT_EQ(r.target, "/v1/sandboxes/sb-1/recording.mp4");
+  EXPECT_FALSE(r.body);
+
+  auto seg = ParseAs<RecordingGetCommand>({"recording", "get", "sb-1", "--segment", "3"});
+  EXPECT_EQ(seg.segment, 3u);
+  EXPECT_EQ(seg.output, "sb-1-000003.mp4");
+  EXPECT_EQ(RecordingVideoRequest(seg).target, "/v1/sandboxes/sb-1/recording/segments/000003.mp4");
+  auto zero = ParseAs<RecordingGetCommand>({"recording", "--segment=0", "get", "-o", "-", "sb-1"});
+  EXPECT_EQ(zero.segment, 0u);
+  EXPECT_EQ(zero.output, "-");
+  EXPECT_EQ(RecordingVideoRequest(zero).target, "/v1/sandboxes/sb-1/recording/segments/000000.mp4");
+  auto last = ParseAs<RecordingGetCommand>({"recording", "get", "sb-1", "--segment", "999999"});
+  EXPECT_EQ(RecordingVideoRequest(last).target, "/v1/sandboxes/sb-1/recording/segments/999999.mp4");
+
+  auto named = ParseAs<RecordingGetCommand>({"recording", "get", "sb-1", "--output", "/tmp/a.mp4"});
+  EXPECT_EQ(named.output, "/tmp/a.mp4");
+  // With -o the id need not make a file name.
+  EXPECT_EQ(ParseAs<RecordingGetCommand>({"recording", "get", "a/b", "-o", "x.mp4"}).output,
+            "x.mp4");
+}
+
+TEST(Recording, BadForms) {
+  EXPECT_NE(UsageError({"recording"}).find("recording: missing ls, get, verify or rm"),
+            std::string::npos);
+  for (const char* sub : {"ls", "get", "verify", "rm"}) {
+    EXPECT_NE(UsageError({"recording", sub}).find("recording: missing ID"), std::string::npos)
+        << sub;
+    EXPECT_NE(UsageError({"recording", sub, ""}).find("empty ID"), std::string::npos) << sub;
+    EXPECT_NE(UsageError({"recording", sub, "a", "b"}).find("unexpected argument \"b\""),
+              std::string::npos)
+        << sub;
+  }
+  EXPECT_NE(UsageError({"recording", "show", "sb-1"}).find("unknown subcommand \"show\""),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "sb-1"}).find("unknown subcommand \"sb-1\""),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "sb-1", "ls"}).find("deskbox recording ls ID"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "get", "sb-1", "--segment", "1000000"}).find("(0..999999)"),
+            std::string::npos);
+  for (const char* bad : {"-1", "x", "3.0", "", "1000000", "99999999999999999999999"})
+    EXPECT_NE(UsageError({"recording", "get", "sb-1", "--segment", bad}).find("--segment: "),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(UsageError({"recording", "get", "sb-1", "--segment"}).find("needs a value"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "ls", "sb-1", "-o", "x"}).find("get only"), std::string::npos);
+  EXPECT_NE(UsageError({"recording", "verify", "sb-1", "--segment", "1"}).find("get only"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "get", "sb-1", "-o", ""}).find("-o needs a file name"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"recording", "get", "a/b"}).find("give -o FILE"), std::string::npos);
+  EXPECT_NE(UsageError({"recording", "ls", "sb-1", "--ttl", "5"}).find("unknown option --ttl"),
+            std::string::npos);
+  auto inv = Parse({"recording", "bogus", "sb-1"});
+  ASSERT_FALSE(inv);
+  EXPECT_TRUE(inv.error().usage.starts_with("usage: deskbox recording")) << inv.error().usage;
+}
+
+TEST(Replay, TokenRequestAndUrl) {
+  auto c = ParseAs<ReplayCommand>({"replay", "sb-1"});
+  EXPECT_EQ(c.id, "sb-1");
+  EXPECT_FALSE(c.ttl_s);
+  auto r = ReplayTokenRequest(c);
+  EXPECT_EQ(r.method, verb::post);
+  EXPECT_EQ(r.target, "/v1/sandboxes/sb-1/tokens");
+  ASSERT_TRUE(r.body);
+  EXPECT_EQ(r.body->dump(), R"({"scope":"replay"})");  // the daemon's default lifetime
+  auto ttl = ReplayTokenRequest(ParseAs<ReplayCommand>({"replay", "--ttl=600", "sb-1"}));
+  EXPECT_EQ(*ttl.body, nlohmann::json::parse(R"({"scope":"replay","ttl_s":600})"));
+
+  auto url = ParseServerUrl("http://deskbox.example:9000/pre/");
+  ASSERT_TRUE(url);
+  EXPECT_EQ(ReplayUrl(*url, "sb-1", "dbt_00ff"),
+            "http://deskbox.example:9000/pre/v1/sandboxes/sb-1/replay?token=dbt_00ff");
+  EXPECT_EQ(ReplayUrl(*ParseServerUrl("h"), "a/b", "t k&n=#"),
+            "http://h:80/v1/sandboxes/a%2Fb/replay?token=t%20k%26n%3D%23");
+
+  EXPECT_NE(UsageError({"replay"}).find("replay: missing ID"), std::string::npos);
+  EXPECT_NE(UsageError({"replay", "a", "b"}).find("unexpected argument"), std::string::npos);
+  EXPECT_NE(UsageError({"replay", "sb-1", "--ttl", "0"}).find("must be at least 1"),
+            std::string::npos);
+  EXPECT_NE(UsageError({"replay", "sb-1", "--ttl", "1h"}), "");
+  EXPECT_NE(UsageError({"replay", "sb-1", "--scope", "view"}).find("unknown option --scope"),
+            std::string::npos);
+}
+
 TEST(Keys, Subcommands) {
   ParseAs<KeyListCommand>({"keys", "ls"});
   EXPECT_EQ(KeyListRequest().target, "/v1/keys");
@@ -696,6 +817,89 @@ TEST(Output, EgressPolicy) {
             "default -\n"
             "deny a\\x1b[2J\n"
             "deny 7\n");
+}
+
+TEST(Output, HumanSizesAndDurations) {
+  EXPECT_EQ(HumanBytes(0), "0 B");
+  EXPECT_EQ(HumanBytes(1023), "1023 B");
+  EXPECT_EQ(HumanBytes(1024), "1.0 KiB");
+  EXPECT_EQ(HumanBytes(1536), "1.5 KiB");
+  EXPECT_EQ(HumanBytes(1024 * 1024 - 1), "1.0 MiB");
+  EXPECT_EQ(HumanBytes(1234567), "1.2 MiB");
+  EXPECT_EQ(HumanBytes(5ull << 30), "5.0 GiB");
+  EXPECT_EQ(HumanBytes(UINT64_MAX), "16.0 EiB");
+  EXPECT_EQ(HumanDuration(0), "0.0s");
+  EXPECT_EQ(HumanDuration(42449), "42.4s");
+  EXPECT_EQ(HumanDuration(59960), "1m00s");
+  EXPECT_EQ(HumanDuration(61000), "1m01s");
+  EXPECT_EQ(HumanDuration(3599400), "59m59s");
+  EXPECT_EQ(HumanDuration(7384000), "2h03m04s");
+  EXPECT_EQ(HumanDuration(UINT64_MAX), "5124095576030h25m52s");
+}
+
+Json SampleRecording() {
+  return Json::parse(R"({"sandbox_id":"sb-1","enabled":true,"status":"recording","problem":"",
+    "bytes":1234567,"duration_ms":61000,"dropped_frames":2,
+    "url":"/v1/sandboxes/sb-1/recording.mp4","segments":[
+      {"index":0,"file":"000000.mp4","start":"2026-12-04T12:00:00.000Z","start_ms":1796392800000,
+       "end":"2026-12-04T12:01:00.000Z","end_ms":1796392860000,"video_offset_ms":0,
+       "bytes":1111111,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+       "width":1280,"height":800,"truncated":true,"live":false,"url":"u"},
+      {"index":1,"file":"000001.mp4","start":"2026-12-04T12:05:00.000Z","start_ms":1796393100000,
+       "end":"2026-12-04T12:05:01.000Z","end_ms":1796393101000,"video_offset_ms":60000,
+       "bytes":123456,"sha256":"","width":1280,"height":800,"truncated":false,"live":true,
+       "url":"u"}]})");
+}
+
+TEST(Output, Recording) {
+  EXPECT_EQ(FormatRecording(SampleRecording()),
+            "status: recording  enabled: true  size: 1.2 MiB  duration: 1m01s  dropped_frames: 2\n"
+            "INDEX  START                     END                       DURATION  SIZE       "
+            "SCREEN    SHA256            FLAGS\n"
+            "0      2026-12-04T12:00:00.000Z  2026-12-04T12:01:00.000Z  1m00s     1.1 MiB    "
+            "1280x800  0123456789abcdef  truncated\n"
+            "1      2026-12-04T12:05:00.000Z  2026-12-04T12:05:01.000Z  1.0s      120.6 KiB  "
+            "1280x800  -                 live\n");
+}
+
+TEST(Output, RecordingProblemAndOddFields) {
+  Json failed = Json::parse(R"({"enabled":true,"status":"failed","problem":"disk full\u001b[2J",
+      "bytes":0,"duration_ms":0,"dropped_frames":0,"segments":[]})");
+  EXPECT_EQ(FormatRecording(failed),
+            "status: failed  enabled: true  size: 0 B  duration: 0.0s  dropped_frames: 0  "
+            "problem: disk full\\x1b[2J\n"
+            "INDEX  START  END  DURATION  SIZE  SCREEN  SHA256  FLAGS\n");
+  // A newer or older daemon: missing and oddly typed fields still print.
+  Json odd = Json::parse(R"({"status":"recording","bytes":"many","segments":[
+      {"index":"x","start_ms":5,"end_ms":1,"sha256":7,"width":1280,"truncated":true,
+       "live":true},3]})");
+  EXPECT_EQ(FormatRecording(odd),
+            "status: recording  enabled: -  size: many  duration: -  dropped_frames: -\n"
+            "INDEX  START  END  DURATION  SIZE  SCREEN  SHA256  FLAGS\n"
+            "x      -      -    -         -     -       7       truncated,live\n"
+            "-      -      -    -         -     -       -\n");
+}
+
+TEST(Output, Verification) {
+  Json ok = Json::parse(R"({"ok":true,"head":"ab12","events":120,"segments_checked":3,
+      "problems":[]})");
+  EXPECT_TRUE(VerificationOk(ok));
+  EXPECT_EQ(FormatVerification(ok), "ok: 120 events, 3 segments checked, head ab12\n");
+  Json bad = Json::parse(R"({"ok":false,"head":"ab12","events":120,"segments_checked":3,
+      "problems":[{"kind":"segment_modified","index":2,"file":"000002.mp4",
+                   "message":"000002.mp4: SHA-256 is 00 where the event log (seq 57) says 11"},
+                  {"kind":"log_broken","message":"record 58: bad\nchain"}]})");
+  EXPECT_FALSE(VerificationOk(bad));
+  EXPECT_EQ(FormatVerification(bad),
+            "not ok: 2 problems; 120 events, 3 segments checked, head ab12\n"
+            "segment_modified  000002.mp4  000002.mp4: SHA-256 is 00 where the event log (seq "
+            "57) says 11\n"
+            "log_broken        -           record 58: bad\\nchain\n");
+  // Anything but "ok": true is not ok.
+  EXPECT_FALSE(VerificationOk(Json::parse(R"({"ok":"true"})")));
+  EXPECT_FALSE(VerificationOk(Json::object()));
+  EXPECT_EQ(FormatVerification(Json::object()),
+            "not ok: 0 problems; - events, - segments checked, head -\n");
 }
 
 TEST(Output, ApiErrors) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
@@ -186,13 +187,13 @@ struct CliResult {
 };
 
 // Runs the deskbox binary with only the given environment (so the developer's DESKBOX_*
-// variables do not leak in) and `stdin_data` as stdin.
+// variables do not leak in), `stdin_data` as stdin, and in `cwd` when given.
 class Cli {
  public:
   Cli() : stdout_path_(dir_.File("stdout")), stderr_path_(dir_.File("stderr")) {}
 
   CliResult Run(std::vector<std::string> args, std::map<std::string, std::string> env = {},
-                const std::string& stdin_data = {}) {
+                const std::string& stdin_data = {}, const std::string& cwd = {}) {
     std::string stdin_path = dir_.File("stdin");
     WriteAll(stdin_path, stdin_data);
     std::vector<std::string> argv_s = {DESKBOX_CLI_BIN};
@@ -214,6 +215,7 @@ class Cli {
       ::dup2(in, 0);
       ::dup2(out, 1);
       ::dup2(err, 2);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
       ::execve(argv[0], argv.data(), envp.data());
       ::_exit(127);
     }
@@ -754,6 +756,255 @@ TEST(CliRun, TokensAndKeysPrintTheSecretOnce) {
   EXPECT_EQ(json::parse(reqs[0].body), json::parse(R"({"scope":"view","ttl_s":60})"));
   EXPECT_EQ(reqs[2].method, "DELETE");
   EXPECT_EQ(reqs[2].target, "/v1/keys/key_1");
+}
+
+// ---- Recordings and replay ----
+
+// Two segments, the second still being written, as docs/recording.md shows them.
+ordered_json MakeRecording() {
+  return ordered_json::parse(R"({"sandbox_id":"sb-1","enabled":true,"status":"recording",
+    "problem":"","bytes":1234567,"duration_ms":61000,"dropped_frames":0,
+    "url":"/v1/sandboxes/sb-1/recording.mp4","segments":[
+      {"index":0,"file":"000000.mp4","start":"2026-12-04T12:00:00.000Z",
+       "start_ms":1796392800000,"end":"2026-12-04T12:01:00.000Z","end_ms":1796392860000,
+       "video_offset_ms":0,"bytes":1111111,
+       "sha256":"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+       "width":1280,"height":800,"truncated":false,"live":false,
+       "url":"/v1/sandboxes/sb-1/recording/segments/000000.mp4"},
+      {"index":1,"file":"000001.mp4","start":"2026-12-04T12:01:00.000Z",
+       "start_ms":1796392860000,"end":"2026-12-04T12:01:01.000Z","end_ms":1796392861000,
+       "video_offset_ms":60000,"bytes":123456,"sha256":"","width":1280,"height":800,
+       "truncated":false,"live":true,
+       "url":"/v1/sandboxes/sb-1/recording/segments/000001.mp4"}]})");
+}
+
+TEST(CliRun, RecordingLsPrintsTheSegments) {
+  FakeDaemon daemon([](const Recorded&, tcp::socket& s) { Send(s, 200, MakeRecording().dump()); });
+  Cli cli;
+  auto r = cli.Run({"recording", "ls", "sb-1"}, EnvFor(daemon, "/pre"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "status: recording  enabled: true  size: 1.2 MiB  duration: 1m01s  dropped_frames: 0\n"
+            "INDEX  START                     END                       DURATION  SIZE       "
+            "SCREEN    SHA256            FLAGS\n"
+            "0      2026-12-04T12:00:00.000Z  2026-12-04T12:01:00.000Z  1m00s     1.1 MiB    "
+            "1280x800  fedcba9876543210\n"
+            "1      2026-12-04T12:01:00.000Z  2026-12-04T12:01:01.000Z  1.0s      120.6 KiB  "
+            "1280x800  -                 live\n");
+  auto j = cli.Run({"recording", "ls", "sb-1", "--json"}, EnvFor(daemon));
+  EXPECT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(j.out, MakeRecording().dump(2) + "\n");  // daemon's key order
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].target, "/pre/v1/sandboxes/sb-1/recording");
+  EXPECT_EQ(reqs[0].authorization, std::string("Bearer ") + kKey);
+  EXPECT_EQ(reqs[1].target, "/v1/sandboxes/sb-1/recording");
+}
+
+TEST(CliRun, RecordingGetWritesExactlyTheServedBytes) {
+  // A few hundred KiB: several 64 KiB pieces, with Content-Length for the whole recording and
+  // chunked for a segment.
+  std::string whole = Pattern(300 * 1024 + 17);
+  std::string segment = Pattern(200 * 1024 + 5).substr(3);
+  FakeDaemon daemon([&](const Recorded& r, tcp::socket& s) {
+    if (r.target.ends_with("/recording.mp4")) {
+      Send(s, 200, whole, "video/mp4");
+      return;
+    }
+    SendChunkedHeader(s, "video/mp4");
+    for (size_t off = 0; off < segment.size(); off += 50000)
+      SendChunk(s, std::string_view(segment).substr(off, 50000));
+    SendLastChunk(s);
+  });
+  Cli cli;
+  auto r = cli.Run({"recording", "get", "sb-1"}, EnvFor(daemon), {}, cli.dir().path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(ReadAll(cli.dir().File("sb-1.mp4")) == whole);  // ID.mp4 in the current directory
+
+  auto seg =
+      cli.Run({"recording", "get", "sb-1", "--segment", "1"}, EnvFor(daemon), {}, cli.dir().path());
+  EXPECT_EQ(seg.exit_code, 0) << seg.err;
+  EXPECT_TRUE(ReadAll(cli.dir().File("sb-1-000001.mp4")) == segment);
+
+  std::string named = cli.dir().File("named.mp4");
+  WriteAll(named, "old contents");
+  auto to_file = cli.Run({"recording", "get", "sb-1", "-o", named, "--segment=1"}, EnvFor(daemon));
+  EXPECT_EQ(to_file.exit_code, 0) << to_file.err;
+  EXPECT_TRUE(ReadAll(named) == segment);
+  auto to_stdout = cli.Run({"recording", "get", "sb-1", "-o", "-"}, EnvFor(daemon));
+  EXPECT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+  EXPECT_TRUE(to_stdout.out == whole);
+
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 4u);
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].target, "/v1/sandboxes/sb-1/recording.mp4");
+  EXPECT_EQ(reqs[1].target, "/v1/sandboxes/sb-1/recording/segments/000001.mp4");
+  EXPECT_EQ(reqs[2].target, "/v1/sandboxes/sb-1/recording/segments/000001.mp4");
+  EXPECT_EQ(reqs[3].target, "/v1/sandboxes/sb-1/recording.mp4");
+  for (const auto& entry : std::filesystem::directory_iterator(cli.dir().path()))
+    EXPECT_EQ(entry.path().filename().string().find(".deskbox-"), std::string::npos)
+        << entry.path();
+}
+
+TEST(CliRun, FailedRecordingDownloadLeavesNoPartialFile) {
+  std::atomic<int> mode = 0;
+  FakeDaemon daemon([&](const Recorded&, tcp::socket& s) {
+    switch (mode.load()) {
+      case 0:  // cut short: the Content-Length promises more than arrives
+        WriteRaw(s, "HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: 400000\r\n\r\n" +
+                        Pattern(150000));
+        break;
+      case 1:  // a chunked body that never gets its last chunk
+        SendChunkedHeader(s, "video/mp4");
+        SendChunk(s, Pattern(100000));
+        break;
+      default:
+        SendError(s, 404, "not_found", "sandbox sb-1 has no recording");
+    }
+  });
+  Cli cli;
+  auto cut = cli.Run({"recording", "get", "sb-1"}, EnvFor(daemon), {}, cli.dir().path());
+  EXPECT_EQ(cut.exit_code, 1);
+  EXPECT_NE(cut.err.find("closed the connection"), std::string::npos) << cut.err;
+  mode = 1;
+  auto unfinished =
+      cli.Run({"recording", "get", "sb-1", "--segment", "2"}, EnvFor(daemon), {}, cli.dir().path());
+  EXPECT_EQ(unfinished.exit_code, 1);
+  EXPECT_NE(unfinished.err.find("closed the connection"), std::string::npos) << unfinished.err;
+  mode = 2;
+  auto missing = cli.Run({"recording", "get", "sb-1"}, EnvFor(daemon), {}, cli.dir().path());
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "deskbox: not_found: sandbox sb-1 has no recording\n");
+  // An existing file is left as it was.
+  std::string keep = cli.dir().File("keep.mp4");
+  WriteAll(keep, "old");
+  mode = 0;
+  EXPECT_EQ(cli.Run({"recording", "get", "sb-1", "-o", keep}, EnvFor(daemon)).exit_code, 1);
+  EXPECT_EQ(ReadAll(keep), "old");
+
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(cli.dir().path()))
+    files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  // No sb-1.mp4, no sb-1-000002.mp4, no temporary left over.
+  EXPECT_EQ(files, (std::vector<std::string>{"keep.mp4", "stderr", "stdin", "stdout"}));
+}
+
+TEST(CliRun, RecordingVerifyExitsWithTheOutcome) {
+  std::atomic<bool> ok = true;
+  FakeDaemon daemon([&](const Recorded&, tcp::socket& s) {
+    if (ok) {
+      Send(s, 200, R"({"ok":true,"head":"9f86d081884c7d65","events":120,"segments_checked":3,
+                       "problems":[]})");
+    } else {
+      Send(s, 200, R"({"ok":false,"head":"9f86d081884c7d65","events":120,"segments_checked":3,
+                       "problems":[{"kind":"segment_modified","index":2,"file":"000002.mp4",
+                                    "message":"000002.mp4: SHA-256 differs"},
+                                   {"kind":"segment_missing","index":1,"file":"000001.mp4",
+                                    "message":"000001.mp4 is gone"}]})");
+    }
+  });
+  Cli cli;
+  auto good = cli.Run({"recording", "verify", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+  EXPECT_EQ(good.out, "ok: 120 events, 3 segments checked, head 9f86d081884c7d65\n");
+  EXPECT_EQ(good.err, "");
+  ok = false;
+  auto bad = cli.Run({"recording", "verify", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.out,
+            "not ok: 2 problems; 120 events, 3 segments checked, head 9f86d081884c7d65\n"
+            "segment_modified  000002.mp4  000002.mp4: SHA-256 differs\n"
+            "segment_missing   000001.mp4  000001.mp4 is gone\n");
+  auto bad_json = cli.Run({"--json", "recording", "verify", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(bad_json.exit_code, 1);
+  EXPECT_EQ(json::parse(bad_json.out)["ok"], false);
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].target, "/v1/sandboxes/sb-1/events/verify");
+}
+
+TEST(CliRun, RecordingRmSendsDelete) {
+  FakeDaemon daemon([](const Recorded& r, tcp::socket& s) {
+    if (r.target.starts_with("/v1/sandboxes/sb-9/"))
+      SendError(s, 404, "not_found", "no sandbox sb-9");
+    else
+      Send(s, 204, "");
+  });
+  Cli cli;
+  auto r = cli.Run({"recording", "rm", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  auto missing = cli.Run({"recording", "rm", "sb-9"}, EnvFor(daemon));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "deskbox: not_found: no sandbox sb-9\n");
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[0].method, "DELETE");
+  EXPECT_EQ(reqs[0].target, "/v1/sandboxes/sb-1/recording");
+  EXPECT_EQ(reqs[0].body, "");
+}
+
+TEST(CliRun, ReplayPrintsTheUrlWithTheNewToken) {
+  constexpr std::string_view kToken = "dbt_0a1b2c3d4e5f+/=";  // odd characters to encode
+  FakeDaemon daemon([&](const Recorded&, tcp::socket& s) {
+    ordered_json created = {{"id", "tok_1"},        {"token", kToken},   {"scope", "replay"},
+                            {"sandbox_id", "sb-1"}, {"created_at", "c"}, {"expires_at", "e"}};
+    Send(s, 201, created.dump());
+  });
+  Cli cli;
+  auto r = cli.Run({"replay", "sb-1", "--ttl", "600"}, EnvFor(daemon, "/pre/"));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            daemon.Url("/pre") + "/v1/sandboxes/sb-1/replay?token=dbt_0a1b2c3d4e5f%2B%2F%3D\n");
+  auto plain = cli.Run({"replay", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out,
+            daemon.Url() + "/v1/sandboxes/sb-1/replay?token=dbt_0a1b2c3d4e5f%2B%2F%3D\n");
+  auto as_json = cli.Run({"--json", "replay", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(as_json.exit_code, 0) << as_json.err;
+  EXPECT_EQ(json::parse(as_json.out)["id"], "tok_1");
+  auto reqs = daemon.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  EXPECT_EQ(reqs[0].method, "POST");
+  EXPECT_EQ(reqs[0].target, "/pre/v1/sandboxes/sb-1/tokens");
+  EXPECT_EQ(reqs[0].content_type, "application/json");
+  EXPECT_EQ(json::parse(reqs[0].body), json::parse(R"({"scope":"replay","ttl_s":600})"));
+  EXPECT_EQ(json::parse(reqs[1].body), json::parse(R"({"scope":"replay"})"));
+}
+
+TEST(CliRun, ReplayWithoutATokenInTheAnswerFails) {
+  FakeDaemon daemon([](const Recorded&, tcp::socket& s) { Send(s, 201, R"({"id":"tok_1"})"); });
+  Cli cli;
+  auto r = cli.Run({"replay", "sb-1"}, EnvFor(daemon));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "deskbox: the daemon's token response has no token\n");
+}
+
+TEST(CliRun, RecordingUsageErrorsExit2) {
+  Cli cli;
+  for (std::vector<std::string> args :
+       std::vector<std::vector<std::string>>{{"recording"},
+                                             {"recording", "ls"},
+                                             {"recording", "play", "sb-1"},
+                                             {"recording", "get", "sb-1", "--segment", "-1"},
+                                             {"replay"}}) {
+    auto r = cli.Run(args);
+    EXPECT_EQ(r.exit_code, 2) << args.size();
+    EXPECT_TRUE(r.out.empty());
+    EXPECT_NE(r.err.find("usage: deskbox re"), std::string::npos) << r.err;
+  }
+  auto help = cli.Run({"recording", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(help.out.starts_with("usage: deskbox recording ls ID")) << help.out;
+  auto replay_help = cli.Run({"help", "replay"});
+  EXPECT_EQ(replay_help.exit_code, 0);
+  EXPECT_TRUE(replay_help.out.starts_with("usage: deskbox replay ID")) << replay_help.out;
 }
 
 }  // namespace

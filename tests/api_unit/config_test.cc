@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace deskbox::api {
 namespace {
 
@@ -113,6 +116,65 @@ TEST(ConfigTest, UsageListsEverySetting) {
                         "DESKBOX_MAX_SANDBOXES", "DESKBOX_CREATES_PER_SECOND", "DESKBOX_WARM_POOL",
                         "DESKBOX_TB_SIZE_MIB", "DESKBOX_BROWSER_REFRESHES", "DESKBOX_TRIM_IDLE_AFTER_S"})
     EXPECT_NE(u.find(s), std::string::npos) << s;
+}
+
+// docs/api.md's configuration table has a row for each setting `deskboxd --help` lists, with its
+// flag and its environment variable ("—" where it has none).
+TEST(ConfigTest, TheDocsConfigurationTableHasEverySetting) {
+  std::ifstream in(DESKBOX_API_DOC);
+  std::stringstream doc;
+  doc << in.rdbuf();
+  ASSERT_FALSE(doc.str().empty()) << DESKBOX_API_DOC;
+  std::istringstream usage(Usage());
+  size_t settings = 0;
+  for (std::string line; std::getline(usage, line);) {
+    // "  --flag VALUE  DESKBOX_ENV  meaning", "  --flag  meaning" or "  DESKBOX_ENV  meaning".
+    std::istringstream words(line);
+    std::string first, value, env;
+    words >> first;
+    if (first.starts_with("--")) {
+      words >> value;
+      if (value.starts_with("DESKBOX_")) env = value;
+      else if (words >> env; !env.starts_with("DESKBOX_")) env.clear();
+    } else if (first.starts_with("DESKBOX_")) {
+      env = first;
+      first.clear();
+    } else {
+      continue;
+    }
+    ++settings;
+    std::string row = "| " + (first.empty() ? "—" : "`" + first + "`") + " | " +
+                      (env.empty() ? "—" : "`" + env + "`") + " |";
+    EXPECT_NE(doc.str().find(row), std::string::npos) << "docs/api.md has no row " << row;
+  }
+  EXPECT_GT(settings, 30u);
+}
+
+TEST(ConfigTest, RecordingDefaultsAndTheDirUnderTheStateDir) {
+  auto c = ParseConfig({"--state-dir", "/srv/deskbox"}, {});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_TRUE(c->config.recording);
+  EXPECT_EQ(c->config.recording_dir, "/srv/deskbox/recordings");
+  EXPECT_EQ(c->config.recording_fps, 15u);
+  EXPECT_EQ(c->config.recording_segment_s, 60u);
+  EXPECT_EQ(c->config.recording_keyframe_s, 2u);
+  EXPECT_EQ(c->config.recording_quota_mib, 20480u);
+  EXPECT_EQ(c->config.recording_retention_days, 30u);
+  EXPECT_EQ(c->config.recording_max_mib, 4096u);
+  c = ParseConfig({"--recording", "off", "--recording-dir", "/data/rec"}, {{"DESKBOX_RECORDING_FPS", "5"}});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_FALSE(c->config.recording);
+  EXPECT_EQ(c->config.recording_dir, "/data/rec");
+  EXPECT_EQ(c->config.recording_fps, 5u);
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {"--recording", "yes"}, {"--recording-fps", "0"}, {"--recording-segment", "5"},
+           {"--recording-keyframe", "11"}, {"--recording-retention", "3651"}}) {
+    auto r = ParseConfig(bad, {});
+    EXPECT_FALSE(r) << bad[0] << " " << bad[1];
+    if (!r) {
+      EXPECT_NE(r.error().find(bad[0]), std::string::npos) << r.error();
+    }
+  }
 }
 
 TEST(ConfigTest, LogFormatIsTextOrJson) {

@@ -28,6 +28,14 @@ class ServiceHarness {
     eo.dir = (dir_ / "events").string();
     events_ = std::move(*recorder::LogEventSink::Create(eo));
     config_.state_dir = dir_.string();
+    // As ParseConfig makes it of --state-dir (ApiService takes it as given).
+    config_.recording_dir = (dir_ / "recordings").string();
+    // Recording is off unless a test turns it on (recording_routes_test.cc): a recorder started
+    // in the background connects a mirror to the fake screen and encodes, which the other route
+    // tests do not test; and a recorder start still in flight when the service is destroyed
+    // resumes into it (RecordingRoutes::StartRecorder and LoadIndex touch their object after
+    // their pool work without checking it still exists).
+    config_.recording = false;
     config_.template_name = "desktop@test";
     config_.api_key = key_ = "dbk_" + std::string(64, 'a');
     config_.egress_resolvers = {"127.0.0.1:9"};
@@ -85,6 +93,7 @@ class ServiceHarness {
   Store& store() { return *store_; }
   recorder::LogEventSink& events() { return *events_; }
   const std::string& key() const { return key_; }
+  const DaemonConfig& config() const { return config_; }
   template <typename F>
   auto OnServer(F f) {
     return server_.OnServer(std::move(f));

@@ -34,7 +34,7 @@ enum class Sandbox { kRunning, kPaused, kStopped, kOther, kFresh, kFreshPaused, 
 struct Ask {
   std::optional<Sandbox> sandbox;     // whose id {id} is (default: the running sandbox)
   std::optional<std::string> id;      // {id} as given (a token or key id, or a sandbox's)
-  std::optional<std::string> target;  // {target}, {browser} or {path}
+  std::optional<std::string> target;  // {target}, {browser}, {path} or {file}
   std::optional<std::string> query;   // "?…"
   std::optional<std::string> body;
   std::optional<bool> upgrade;  // with WebSocket upgrade headers
@@ -102,6 +102,9 @@ inline Case WhenStopped() {
 
 class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInterface<Row> {
  public:
+  // Recording stays off (ServiceHarness): what a sandbox would have recorded by the time of a
+  // request depends on timing. recording_routes_test.cc plants recordings for the codes that
+  // need one.
   SpecCodesTest() : GuestServicesTest([](DaemonConfig& c) { c.novnc_dir = NoVncDir(); }) {}
 
   // A noVNC install of one module, for the view page's assets.
@@ -166,7 +169,7 @@ class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInter
                ? Id(ask.sandbox.value_or(base.sandbox.value_or(Sandbox::kRunning)))
                : "";
     std::string target = ask.target.value_or(base.target.value_or(""));
-    for (const std::string name : {"{id}", "{target}", "{browser}", "{path}"})
+    for (const std::string name : {"{id}", "{target}", "{browser}", "{path}", "{file}"})
       if (auto at = path.find(name); at != std::string::npos)
         path.replace(at, name.size(), name == "{id}" ? p.id : target);
     std::string query = ask.query.value_or(base.query.value_or(""));
@@ -275,7 +278,7 @@ class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInter
     for (const auto& f : res) out.headers[std::string(f.name_string())] = std::string(f.value());
     return out;
   }
-  // The events of a new sandbox, after its log file was overwritten with what is not a log.
+  // The request, on a new sandbox whose event log file was overwritten with what is not a log.
   ClientResponse CorruptEventLog() {
     std::string id = Id(Sandbox::kFresh);
     EXPECT_EQ(h_.Call(verb::get, "/v1/sandboxes/" + id + "/events").status, 200u);  // on disk now

@@ -316,9 +316,89 @@ const std::vector<Row>& Rows() {
        "listEvents",
        {},
        {Answers(200, "a page"), Answers(200, "a stopped sandbox's", {.sandbox = S::kStopped}),
-        Bad("a limit of 0", {.query = "?limit=0"}), UnknownSandbox(),
+        Answers(200, "a view token", {.token_scope = "view"}),
+        Answers(200, "a replay token as ?token=",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Bad("a limit of 0", {.query = "?limit=0"}),
+        Bad("an unknown parameter", {.query = "?after=3"}), UnknownSandbox(),
         Runs(500, "internal", "a log file that is not an event log",
              [](SpecCodesTest& t) { return t.CorruptEventLog(); })}},
+      {"GET",
+       "/v1/sandboxes/{id}/events/head",
+       "getEventsHead",
+       {},
+       {Answers(200, "the API key"), Answers(200, "a view token", {.token_scope = "view"}),
+        Answers(200, "a replay token as ?token=",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Answers(200, "a stopped sandbox's", {.sandbox = S::kStopped}), UnknownSandbox(),
+        Runs(500, "event_log_broken", "a log file that is not an event log",
+             [](SpecCodesTest& t) { return t.CorruptEventLog(); })}},
+      {"GET",
+       "/v1/sandboxes/{id}/events/verify",
+       "verifyEvents",
+       {},
+       {Answers(200, "the API key"),
+        Answers(200, "a replay token as ?token=",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Runs(200, "", "a log file that is not an event log: ok false, log_broken",
+             [](SpecCodesTest& t) {
+               auto r = t.CorruptEventLog();
+               auto problems = Body(r).value("problems", json::array());
+               EXPECT_FALSE(Body(r).value("ok", true)) << r.body;
+               EXPECT_TRUE(!problems.empty() && problems[0].value("kind", "") == "log_broken")
+                   << r.body;
+               return r;
+             }),
+        Refuses(403, "forbidden", "a control token", {.token_scope = "control"}),
+        Refuses(403, "forbidden", "a cdp token", {.token_scope = "cdp"}), UnknownSandbox()}},
+      {"GET",
+       "/v1/sandboxes/{id}/recording",
+       "getRecording",
+       {},
+       {Answers(200, "the API key"), Answers(200, "a replay token", {.token_scope = "replay"}),
+        Answers(200, "a replay token as ?token=",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Answers(200, "a stopped sandbox's", {.sandbox = S::kStopped}),
+        Refuses(403, "forbidden", "a control token", {.token_scope = "control"}),
+        Refuses(403, "forbidden", "a cdp token", {.token_scope = "cdp"}), UnknownSandbox()}},
+      {"DELETE",
+       "/v1/sandboxes/{id}/recording",
+       "deleteRecording",
+       {},
+       {Answers(204, "a sandbox with nothing recorded", {.sandbox = S::kFresh}),
+        Answers(204, "a stopped sandbox", {.sandbox = S::kStopped}),
+        Refuses(403, "forbidden", "a replay token", {.token_scope = "replay"}), UnknownSandbox()}},
+      {"GET",
+       "/v1/sandboxes/{id}/recording.mp4",
+       "getRecordingVideo",
+       {},
+       {Refuses(404, "not_found", "a sandbox with nothing recorded"),
+        Refuses(404, "not_found", "a replay token as ?token=, nothing recorded",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Refuses(403, "forbidden", "a control token", {.token_scope = "control"}),
+        Refuses(403, "forbidden", "a cdp token", {.token_scope = "cdp"}), UnknownSandbox()}},
+      {"GET",
+       "/v1/sandboxes/{id}/recording/segments/{file}",
+       "getRecordingSegment",
+       {.target = "000000.mp4"},
+       {Refuses(404, "not_found", "a segment never recorded"),
+        Refuses(404, "not_found", "a name of fewer than 6 digits", {.target = "0.mp4"}),
+        Refuses(404, "not_found", "a name with a path in it", {.target = "..%2Fx"}),
+        Refuses(404, "not_found", "a name that goes on after .mp4", {.target = "000000.mp4.bak"}),
+        Refuses(404, "not_found", "a replay token as ?token=, nothing recorded",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Refuses(403, "forbidden", "a control token", {.token_scope = "control"}),
+        Refuses(403, "forbidden", "a cdp token", {.token_scope = "cdp"}), UnknownSandbox()}},
+      {"GET",
+       "/v1/sandboxes/{id}/replay",
+       "getReplayPage",
+       {},
+       {Answers(200, "the API key"),
+        Answers(200, "a replay token as ?token=",
+                {.token_scope = "replay", .credential_in_query = true}),
+        Answers(200, "a stopped sandbox's", {.sandbox = S::kStopped}),
+        Refuses(403, "forbidden", "a control token", {.token_scope = "control"}),
+        Refuses(403, "forbidden", "a cdp token", {.token_scope = "cdp"}), UnknownSandbox()}},
       {"GET",
        "/v1/sandboxes/{id}/cdp",
        "cdpBrowserSocket",
@@ -404,9 +484,15 @@ const std::vector<Row>& Rows() {
        "/v1/sandboxes/{id}/tokens",
        "createToken",
        {.body = R"({"scope": "view", "ttl_s": 60})"},
-       {Answers(201, "a view token"), Bad("an unknown scope", {.body = R"({"scope": "root"})"}),
+       {Answers(201, "a view token"), Answers(201, "a replay token", {.body = R"({"scope": "replay"})"}),
+        Bad("an unknown scope", {.body = R"({"scope": "root"})"}),
         Bad("a ttl of 0", {.body = R"({"scope": "view", "ttl_s": 0})"}), NotJson(),
-        UnknownSandbox(), OverLimit()}},
+        UnknownSandbox(),
+        Refuses(409, "invalid_state", "a view token for a stopped sandbox",
+                {.sandbox = S::kStopped}),
+        Refuses(409, "invalid_state", "a replay token for a stopped sandbox with nothing recorded",
+                {.sandbox = S::kStopped, .body = R"({"scope": "replay"})"}),
+        OverLimit()}},
       {"GET",
        "/v1/sandboxes/{id}/tokens",
        "listTokens",
@@ -569,6 +655,9 @@ const std::vector<Excepted> kNotHermetic = {
     {"createKey", 500, "needs the credential store (SQLite) to fail a write"},
     {"listKeys", 500, "answered from the keys in memory; no failure path"},
     {"revokeKey", 500, "needs the credential store (SQLite) to fail a write"},
+    {"getRecordingSegment", 500,
+     "only when opening a segment file fails just after stat() found it (removed in between, or "
+     "unreadable: these tests run as root, who reads every file)"},
 };
 
 struct Elsewhere {
@@ -585,7 +674,15 @@ const std::vector<Elsewhere> kProvenIn = {
     {"cdpPageSocket", 429, "CdpRoutesTest.ASandboxTakesAtMost32CdpSessions"},
     {"getEgress", 500, "SpecStoredStateTest.AStoredEgressPolicyThatDoesNotParseIs500"},
     {"viewerAsset", 500, "SpecFindingsTest.AssetsWithoutNoVncAre500Internal"},
-    {"createToken", 409, "SpecFindingsTest.ATokenForAStoppedSandboxIs409"},
+    {"getRecordingVideo", 200, "RecordingRoutesTest.TheJoinedRecordingIsOneMp4"},
+    {"getRecordingVideo", 206, "RecordingRoutesTest.TheJoinedRecordingIsOneMp4"},
+    {"getRecordingVideo", 304, "RecordingRoutesTest.TheCurrentETagIs304"},
+    {"getRecordingVideo", 416, "RecordingRoutesTest.ARangePastTheEndIs416"},
+    {"getRecordingVideo", 500, "RecordingRoutesTest.ASegmentThatIsNotAnMp4Is500ForTheJoinedVideo"},
+    {"getRecordingSegment", 200, "RecordingRoutesTest.ListsAPlantedSegmentAndServesItWhole"},
+    {"getRecordingSegment", 206, "RecordingRoutesTest.ServesARangeOfASegment"},
+    {"getRecordingSegment", 304, "RecordingRoutesTest.TheCurrentETagIs304"},
+    {"getRecordingSegment", 416, "RecordingRoutesTest.ARangePastTheEndIs416"},
 };
 
 // Where deskboxd answers otherwise than the spec: each a DISABLED_ test written to the spec.
@@ -609,7 +706,7 @@ bool TestExists(const std::string& full_name) {
 }
 
 TEST(SpecTableTest, TheSpecFileIsReadWhole) {
-  ASSERT_EQ(Spec().size(), 41u) << DESKBOX_OPENAPI;
+  ASSERT_EQ(Spec().size(), 48u) << DESKBOX_OPENAPI;
   for (const auto& op : Spec()) {
     EXPECT_FALSE(op.id.empty()) << op.method << " " << op.path;
     EXPECT_GE(op.codes.size(), op.open ? 1u : 3u) << op.id;
@@ -621,6 +718,14 @@ TEST(SpecTableTest, TheSpecFileIsReadWhole) {
             (std::set<unsigned>{200, 400, 401, 403, 404, 409, 410, 413, 500, 502, 504}));
   EXPECT_TRUE(FindOperation("getHealth")->open);
   EXPECT_TRUE(FindOperation("cdpPageSocket")->token_in_query);
+  const SpecOperation* video = FindOperation("getRecordingVideo");
+  ASSERT_NE(video, nullptr);
+  EXPECT_EQ(video->scopes, std::vector<std::string>{"replay"});
+  EXPECT_TRUE(video->token_in_query);
+  EXPECT_EQ(video->codes,
+            (std::set<unsigned>{200, 206, 304, 400, 401, 403, 404, 416, 500}));
+  EXPECT_EQ(FindOperation("listEvents")->scopes,
+            (std::vector<std::string>{"view", "control", "replay"}));
 }
 
 TEST(SpecTableTest, EveryOperationOfTheSpecHasARowAndEveryRowAnOperation) {

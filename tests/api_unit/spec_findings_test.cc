@@ -85,7 +85,8 @@ TEST_F(SpecFindingsTest, EveryOperationAnswersAQueryStringThatDoesNotParse400) {
   for (const auto& op : testing::Spec()) {
     std::string path = op.path;
     for (auto [param, value] : {std::pair{"{id}", id}, {"{path}", std::string("core/rfb.js")},
-                                {"{target}", std::string("T1")}, {"{browser}", std::string("B1")}}) {
+                                {"{target}", std::string("T1")}, {"{browser}", std::string("B1")},
+                                {"{file}", std::string("000000.mp4")}}) {
       if (auto at = path.find(param); at != std::string::npos) path.replace(at, std::string(param).size(), value);
     }
     if (op.id == "revokeToken") path = "/v1/tokens/tok_0123456789abcdef";

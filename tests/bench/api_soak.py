@@ -3,11 +3,13 @@
 files, threads and memory, the number of QEMU processes, network namespaces and slot
 directories before and after. Nothing may grow.
 
-  api_soak.py [--cycles N] [--warm-pool N]   (default 200 cycles, warm pool 1)
+  api_soak.py [--cycles N] [--warm-pool N] [--out FILE]   (default 200 cycles, warm pool 1,
+                                                         /tmp/api_soak.json)
 """
 
 import argparse
 import glob
+import json
 import subprocess
 import time
 
@@ -48,7 +50,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=200)
     ap.add_argument("--warm-pool", type=int, default=1)
+    ap.add_argument("--out", default="/tmp/api_soak.json", help="the figures as JSON")
     args = ap.parse_args()
+    figures = {"bench": "api_soak", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "args": vars(args),
+               "reports": []}
+
+    def write(**more):
+        figures.update(more)
+        with open(args.out, "w") as f:
+            json.dump(figures, f, indent=2)
     with Deskbox(warm_pool=args.warm_pool) as dbx:
         # Warm up once so that lazily made things (event writer, database pages) exist.
         for _ in range(2):
@@ -61,16 +71,21 @@ def main():
         for i in range(args.cycles):
             r = dbx.post("/v1/sandboxes", json={"timeout_s": 600}, timeout=300)
             if r.status_code != 201:
+                write(failed=f"cycle {i}: create {r.status_code} {r.text}", cycles_done=i)
                 raise SystemExit(failure_report(dbx, f"cycle {i}: create {r.status_code} {r.text}"))
             sid = r.json()["id"]
             e = dbx.post(f"/v1/sandboxes/{sid}/exec", json={"argv": ["true"]}, timeout=120)
             if e.status_code != 200:
+                write(failed=f"cycle {i}: exec {e.status_code} {e.text}", cycles_done=i)
                 raise SystemExit(failure_report(dbx, f"cycle {i}: exec {e.status_code} {e.text}"))
             d = dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
             if d.status_code != 204:
+                write(failed=f"cycle {i}: delete {d.status_code} {d.text}", cycles_done=i)
                 raise SystemExit(failure_report(dbx, f"cycle {i}: delete {d.status_code} {d.text}"))
             if (i + 1) % 20 == 0:
-                print(f"{i + 1} cycles, {time.monotonic() - t0:.0f} s: {snapshot(dbx)}", flush=True)
+                now = snapshot(dbx)
+                figures["reports"].append({"cycles": i + 1, "seconds": time.monotonic() - t0, **now})
+                print(f"{i + 1} cycles, {time.monotonic() - t0:.0f} s: {now}", flush=True)
         wait_warm(dbx, args.warm_pool)
         wait_quiet()
         time.sleep(2)
@@ -84,6 +99,9 @@ def main():
             if after[k] > before[k] + slack:
                 grew.append(k)
         print("  nothing grew" if not grew else f"  GREW: {', '.join(grew)}")
+        write(cycles_done=args.cycles, seconds=time.monotonic() - t0, before=before, after=after, grew=grew,
+              ok=not grew)
+        print(f"figures: {args.out}")
         raise SystemExit(1 if grew else 0)
 
 

@@ -3,7 +3,7 @@
 // and CPU per sandbox; how many idle sandboxes stay alive and answering.
 //
 //   restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] [--steady-mark-mib N]
-//                 [--only PART[,PART…]]
+//                 [--only PART[,PART…]] [--out FILE]
 // --quick: 3 runs per path (2 full-stream), one cold boot, 3 sandboxes for the alive check, no
 //          window of the idle trimming (what CI runs: its budget; guest tests cover the loop).
 // --steady-minutes: how long the idle sandboxes run with the manager's own idle trimming (60 s
@@ -11,6 +11,7 @@
 // --steady-mark-mib: the mark for that window (default: deskboxd's default, VmHostConfig's).
 // --only: measure only these parts (warm, prestarted, nothing, full, boot, idle); ratios need their
 //         baselines, so they are printed only when both sides were measured.
+// --out: the printed figures also as JSON in FILE (scripts/long-run).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -296,9 +298,10 @@ int Bench(int argc, char** argv) {
   int steady_mark_mib = static_cast<int>(vmhost::VmHostConfig{}.trim_regrown_mib);
   const std::vector<std::string> kParts = {"warm", "prestarted", "nothing", "full", "boot", "idle"};
   std::vector<std::string> parts = kParts;
+  std::string out_path;
   const char* usage =
       "usage: restore_bench [--quick] [--runs N] [--alive N] [--steady-minutes M] [--steady-mark-mib N] "
-      "[--only warm,prestarted,nothing,full,boot,idle]";
+      "[--only warm,prestarted,nothing,full,boot,idle] [--out FILE]";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") { quick = true; runs = 3; alive_target = 3; steady_minutes = 0; }
@@ -306,6 +309,7 @@ int Bench(int argc, char** argv) {
     else if (a == "--steady-mark-mib" && i + 1 < argc) steady_mark_mib = std::atoi(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     else if (a == "--alive" && i + 1 < argc) alive_target = std::atoi(argv[++i]);
+    else if (a == "--out" && i + 1 < argc) out_path = argv[++i];
     else if (a == "--only" && i + 1 < argc) {
       parts.clear();
       std::istringstream in(argv[++i]);
@@ -592,5 +596,45 @@ int Bench(int argc, char** argv) {
   if (alive_target > 0)
     std::printf("alive at once: %d of %zu created answer RFB + agent ping within 5 s (target %d)\n", answering,
                 created, alive_target);
+  if (!out_path.empty()) {
+    auto series = [](const Series& s) {
+      return s.ms.empty() ? nlohmann::json(nullptr)
+                          : nlohmann::json{{"runs", s.ms.size()}, {"p50_ms", s.Pct(50)}, {"p95_ms", s.Pct(95)},
+                                           {"fresh_p50_ms", s.Fresh().Pct(50)}};
+    };
+    auto idle = [](const Idle& i) {
+      return nlohmann::json{{"pss_mib", i.pss},   {"cache_mib", i.code},         {"ram_mib", i.ram},
+                            {"ram_written_mib", i.ram_private}, {"cpu_cores", i.cpu}};
+    };
+    nlohmann::json j = {{"bench", "restore_bench"},
+                        {"quick", quick},
+                        {"runs", runs},
+                        {"parts", parts},
+                        {"template", host.env().template_name},
+                        {"accelerator", mf->accelerator()},
+                        {"warm", series(warm)},
+                        {"prestarted", series(pre)},
+                        {"nothing_pooled", series(cold)},
+                        {"full_stream", series(full)},
+                        {"cold_boot_ms", boot},
+                        {"ratios", ratios}};
+    if (n > 0) {
+      j["idle"] = {{"sandboxes", n},
+                   {"untrimmed", idle(untrimmed)},
+                   {"trimmed", idle(trimmed)},
+                   {"trimmable", trimmable},
+                   {"trim_settle_s", trim_settle_s},
+                   {"wake_untrimmed", series(wake_untrimmed)},
+                   {"wake_trimmed", series(wake_trimmed)}};
+    }
+    if (steady.samples > 0)
+      j["steady"] = {{"minutes", steady_minutes}, {"mark_mib", steady_mark_mib}, {"samples", steady.samples},
+                     {"mean", idle(steady.mean)},  {"pss_min_mib", steady.pss_min}, {"pss_max_mib", steady.pss_max},
+                     {"trims", steady.trims}};
+    if (alive_target > 0)
+      j["alive"] = {{"target", alive_target}, {"created", created}, {"answering", answering}};
+    std::ofstream(out_path) << j.dump(2) << "\n";
+    std::printf("figures: %s\n", out_path.c_str());
+  }
   return 0;
 }

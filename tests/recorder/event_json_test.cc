@@ -46,9 +46,14 @@ TEST(EventJson, EveryKindRendersItsFieldsUnderItsName) {
        {"argv", "shell", "exit_code", "signal", "duration_ms", "timed_out", "stdout_bytes",
         "stderr_bytes"}},
       {"file", {"direction", "path", "bytes", "ok", "error"}},
+      {"recording",
+       {"phase", "index", "file", "start", "end", "start_ms", "end_ms", "bytes", "sha256", "width",
+        "height", "frames", "truncated", "detail", "dropped_frames"}},
   };
   std::set<std::string> kinds;
-  for (const auto& e : AllKinds("sb-1")) {
+  auto events = AllKinds("sb-1");
+  events.push_back(testing::RecordingSegmentEvent("sb-1"));
+  for (const auto& e : events) {
     json j = json::parse(ToJson(e));
     std::string kind = j.at("kind");
     kinds.insert(kind);
@@ -62,7 +67,7 @@ TEST(EventJson, EveryKindRendersItsFieldsUnderItsName) {
     std::sort(want.begin(), want.end());
     EXPECT_EQ(keys, want) << kind;
   }
-  EXPECT_EQ(kinds.size(), 7u);
+  EXPECT_EQ(kinds.size(), 8u);
   json exec = json::parse(ToJson(AllKinds("sb-1")[5]));
   EXPECT_EQ(exec["exec"]["argv"], json::array({"ls", "-l"}));
   EXPECT_EQ(exec["exec"]["exit_code"], 2);

@@ -512,6 +512,9 @@ TEST(EventLog, InvalidUtf8IsReplacedSoEveryRecordReadsBack) {
       case Event::kFile:
         e.mutable_file()->set_path(bad);
         break;
+      case Event::kRecording:
+        e.mutable_recording()->set_detail(bad);
+        break;
       case Event::KIND_NOT_SET:
         break;
     }
@@ -570,6 +573,39 @@ TEST(EventLog, HeaderProblemsHaveTheirOwnCodes) {
   long_id[14] = 1;
   EXPECT_EQ(code_of(long_id), Code::kBadHeader);
   EXPECT_EQ(VerifyLog("/nonexistent/x.events").error().code, Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace deskbox::recorder
+
+namespace deskbox::recorder {
+namespace {
+
+TEST(EventLog, RecordingEventsRoundTripAndHaveTheirStringsSanitized) {
+  testing::TempDir dir;
+  std::string path = dir.File("rec.events");
+  {
+    auto w = EventLogWriter::Open(path, "sb-rec", {});
+    ASSERT_TRUE(w) << w.error().message;
+    Event e = testing::RecordingSegmentEvent("sb-rec");
+    ASSERT_TRUE((*w)->Append(e));
+    Event bad = testing::RecordingSegmentEvent("sb-rec");
+    bad.mutable_recording()->set_detail("disk \xff full");
+    ASSERT_TRUE((*w)->Append(bad));
+  }
+  auto r = EventLogReader::Open(path, {});
+  ASSERT_TRUE(r) << r.error().message;
+  auto first = (*r)->Next();
+  ASSERT_TRUE(first && *first);
+  const auto& k = (*first)->recording();
+  EXPECT_EQ(k.phase(), "segment");
+  EXPECT_EQ(k.index(), 3u);
+  EXPECT_EQ(k.sha256(), std::string(64, 'a'));
+  EXPECT_EQ(k.end_unix_ms() - k.start_unix_ms(), 60000);
+  EXPECT_TRUE(k.truncated());
+  auto second = (*r)->Next();
+  ASSERT_TRUE(second && *second);
+  EXPECT_EQ((*second)->recording().detail(), "disk \xEF\xBF\xBD full");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // deskbox-events, run as a program: exit codes and output.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "common/sha256.h"
 #include "recorder/event_log.h"
 #include "recorder_test_util.h"
 
@@ -103,6 +105,44 @@ TEST(EventsCli, UsageAndMissingFiles) {
   EXPECT_EQ(Events(dir, "frobnicate x").exit_code, 2);
   EXPECT_EQ(Events(dir, "dump x --since nope").exit_code, 2);
   EXPECT_EQ(Events(dir, "verify " + dir.File("missing.events")).exit_code, 2);
+}
+
+}  // namespace
+}  // namespace deskbox::recorder
+
+namespace deskbox::recorder {
+namespace {
+
+TEST(EventsCli, VerifyWithARecordingChecksEverySegmentFile) {
+  testing::TempDir dir;
+  std::string path = dir.File("sb-1.events");
+  std::string segments = dir.File("rec");
+  ASSERT_EQ(::mkdir(segments.c_str(), 0750), 0);
+  const std::string video = "not really H.264, but bytes the log hashes";
+  {
+    auto w = EventLogWriter::Open(path, "sb-1", {});
+    ASSERT_TRUE(w);
+    Event e = testing::RecordingSegmentEvent("sb-1");
+    e.mutable_recording()->set_index(0);
+    e.mutable_recording()->set_bytes(video.size());
+    e.mutable_recording()->set_sha256(ToHex(Sha256(video)));
+    ASSERT_TRUE((*w)->Append(e));
+  }
+  ASSERT_TRUE(WriteFileAtomic(segments + "/000000.mp4", video, 0640));
+  CliResult ok = Events(dir, "verify " + path + " --recording " + segments);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out.rfind("ok: 1 events, 1 segments, head ", 0), 0u) << ok.out;
+
+  std::string changed = video;
+  changed[3] ^= 1;
+  ASSERT_TRUE(WriteFileAtomic(segments + "/000000.mp4", changed, 0640));
+  CliResult bad = Events(dir, "verify " + path + " --recording " + segments);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("segment_modified: 000000.mp4: SHA-256"), std::string::npos) << bad.err;
+
+  CliResult missing = Events(dir, "verify " + dir.File("none.events") + " --recording " + segments);
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_EQ(Events(dir, "verify " + path + " --recording").exit_code, 2);
 }
 
 }  // namespace

@@ -101,6 +101,31 @@ inline std::vector<Event> AllKinds(const std::string& sandbox_id) {
   return out;
 }
 
+// A recording event (a finished segment), every field set; not in AllKinds, whose size the
+// log tests count on.
+inline Event RecordingSegmentEvent(const std::string& sandbox_id) {
+  Event e;
+  e.set_sandbox_id(sandbox_id);
+  e.set_time_unix_ns(1'706'702'460'000'000'000);
+  e.set_request_id("req-rec");
+  e.mutable_actor()->set_kind(v1::Actor::SYSTEM);
+  auto* k = e.mutable_recording();
+  k->set_phase("segment");
+  k->set_index(3);
+  k->set_file("000003.mp4");
+  k->set_start_unix_ms(1'706'702'400'000);
+  k->set_end_unix_ms(1'706'702'460'000);
+  k->set_bytes(81234);
+  k->set_sha256(std::string(64, 'a'));
+  k->set_width(1280);
+  k->set_height(800);
+  k->set_frames(412);
+  k->set_truncated(true);
+  k->set_detail("cut back after a restart");
+  k->set_dropped_frames(2);
+  return e;
+}
+
 // A directory removed at the end of the test.
 class TempDir {
  public:

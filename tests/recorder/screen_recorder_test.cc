@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
 
 #include <atomic>
 #include <filesystem>
@@ -177,10 +181,103 @@ TEST_F(ScreenRecorderTest, RepairCutsBackWhatACrashLeftAndRemovesWhatNeverPlayed
   EXPECT_EQ(ReadAll(finished), finished_bytes);
   EXPECT_FALSE(fs::exists(dir_ + "/000003.mp4"));
   EXPECT_TRUE(fs::exists(dir_ + "/notes.txt"));
-  // Repairing again changes nothing.
+  EXPECT_FALSE(layout->finished) << "no mfra: its writer never finished it";
+  // Repairing again cuts nothing more: the same segment, the same bytes, reported again (the
+  // caller logs a segment once, by index).
+  std::string cut_bytes = ReadAll(partial);
   auto again = RepairSegments(dir_);
   ASSERT_TRUE(again);
-  EXPECT_TRUE(again->empty());
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].index, 2u);
+  EXPECT_EQ((*again)[0].sha256, r.sha256);
+  EXPECT_EQ(ReadAll(partial), cut_bytes);
+}
+
+TEST_F(ScreenRecorderTest, ASegmentWhoseWriterDiedBetweenFragmentsIsReportedAsTruncated) {
+  // kill -9 between two fragments: the file ends on a whole fragment, but no mfra follows.
+  std::string path = dir_ + "/000004.mp4";
+  {
+    auto enc = SegmentEncoder::Open(dir_ + "/writing.mp4", 320, 200, {.keyframe_every = 500ms});
+    ASSERT_TRUE(enc);
+    for (int t = 0; t <= 1000; t += 100) {
+      auto f = Frame(320, 200, t, uint8_t(t / 10));
+      ASSERT_TRUE((*enc)->AddFrame(f.bgrx.data(), 320 * 4, t));
+    }
+    std::string bytes = ReadAll(dir_ + "/writing.mp4");
+    auto layout = ScanFragments(bytes);
+    ASSERT_TRUE(layout);
+    std::ofstream(path, std::ios::binary) << bytes.substr(0, layout->whole_length);
+    fs::remove(dir_ + "/writing.mp4");
+  }
+  std::string before = ReadAll(path);
+  auto repaired = RepairSegments(dir_);
+  ASSERT_TRUE(repaired) << repaired.error().message;
+  ASSERT_EQ(repaired->size(), 1u);
+  EXPECT_EQ((*repaired)[0].index, 4u);
+  EXPECT_TRUE((*repaired)[0].truncated);
+  EXPECT_EQ(ReadAll(path), before) << "nothing to cut";
+}
+
+}  // namespace
+}  // namespace deskbox::recorder
+
+namespace deskbox::recorder {
+namespace {
+
+// A full disk, as the recorder sees it: every write past a size fails (RLIMIT_FSIZE gives EFBIG
+// the way a full file system gives ENOSPC). The segment being written ends at its last whole
+// fragment, reported truncated with the hash of what is on disk; the error is kept for the
+// caller; the segments finished before stay as they were.
+TEST_F(ScreenRecorderTest, AWriteFailureEndsTheSegmentAtItsLastWholeFragment) {
+  auto s = Settings();
+  s.encoder.keyframe_every = 200ms;
+  int64_t t0 = now_;
+  std::string first_bytes;
+  {
+    ScreenRecorder rec(s, Collect(), 0);
+    ASSERT_TRUE(rec.Offer(Frame(320, 200, t0, 10)));
+    rec.Cut(t0 + 500);
+    rec.Stop(t0 + 500);
+  }
+  first_bytes = ReadAll(dir_ + "/000000.mp4");
+  ASSERT_FALSE(first_bytes.empty());
+
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 48 * 1024;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  RecorderStats stats;
+  {
+    ScreenRecorder rec(s, Collect(), 1);
+    // A square of noise on a flat screen: each frame a keyframe of some KiB, so a few whole
+    // fragments fit before the limit.
+    for (int i = 0; i < 40; ++i) {
+      ScreenFrame f = Frame(320, 200, t0 + 1000 + i * 250, 0);
+      for (size_t y = 0; y < 64; ++y)
+        for (size_t x = 0; x < 64 * 4; ++x)
+          f.bgrx[y * 320 * 4 + x] = static_cast<uint8_t>(((y * 331 + x) * 2654435761u + i * 97) >> 9);
+      rec.Offer(std::move(f));
+      std::this_thread::sleep_for(5ms);
+    }
+    rec.Stop(t0 + 12000);
+    stats = rec.stats();
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_FALSE(stats.last_error.empty());
+  EXPECT_EQ(ReadAll(dir_ + "/000000.mp4"), first_bytes) << "a finished segment is never touched";
+  std::lock_guard lk(mu_);
+  auto cut = std::find_if(segments_.begin(), segments_.end(), [](const FinishedSegment& f) { return f.truncated; });
+  ASSERT_NE(cut, segments_.end()) << "the segment that hit the limit is reported";
+  EXPECT_LE(cut->bytes, 48u * 1024);
+  EXPECT_EQ(cut->bytes, fs::file_size(cut->path));
+  EXPECT_EQ(cut->sha256, ToHex(Sha256(ReadAll(cut->path))));
+  auto layout = ScanFragments(ReadAll(cut->path));
+  ASSERT_TRUE(layout);
+  EXPECT_TRUE(layout->complete) << "cut back to its whole fragments";
+  EXPECT_GE(layout->fragments, 1u);
 }
 
 }  // namespace

@@ -54,6 +54,12 @@ void FrameMirror::Stop() {
   Notify();
 }
 
+std::optional<FrameMirror::Clock::time_point> FrameMirror::UpdateTime(uint64_t seq) const {
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it)
+    if (it->seq == seq) return it->time;
+  return std::nullopt;
+}
+
 void FrameMirror::Notify() {
   for (auto* t : waiters_) t->cancel();
 }
@@ -133,6 +139,7 @@ asio::awaitable<std::expected<void, Error>> FrameMirror::Session(asio::ip::tcp::
         pointer_ = {client_->framebuffer().width / 2, client_->framebuffer().height / 2};
       }
       Flush();
+      if (!updates.empty() && client_->ready() && on_update_) on_update_();
       if (!updates.empty() || was_ready != client_->ready() ||
           fence_before != client_->fence_answered())
         Notify();

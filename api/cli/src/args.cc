@@ -29,6 +29,13 @@ Sandboxes:
   egress ID set [--default deny|allow] [--allow RULE]... [--deny RULE]...
                               replace the whole egress policy
   templates
+Recordings (docs/recording.md):
+  recording ls ID             status and segments of the sandbox's screen recording
+  recording get ID [-o FILE] [--segment N]
+                              download it as MP4 (default ID.mp4)
+  recording verify ID         check the event log and the video files against it
+  recording rm ID             delete the video files (the events stay)
+  replay ID [--ttl S]         print the URL of the replay page, with a new replay token
 Access:
   token ID --scope view|control|cdp [--ttl S]
   token ls ID
@@ -46,7 +53,8 @@ Options (also accepted among a command's options):
   -h, --help        this text; `deskbox COMMAND --help` for one command
 
 Exit status: 0 done, 1 the daemon refused or could not be reached, 2 usage error;
-exec exits with the command's status (128+N if killed by signal N, 124 if it timed out).
+exec exits with the command's status (128+N if killed by signal N, 124 if it timed out);
+recording verify exits 1 when the check finds a problem.
 )";
 
 constexpr std::string_view kCreateUsage = R"(usage: deskbox create [OPTIONS]
@@ -112,7 +120,7 @@ constexpr std::string_view kTokenUsage =
        deskbox token rm TOKEN_ID
 Creates a token bound to one sandbox and prints its secret (shown only once), lists a
 sandbox's active tokens, or revokes one.
-  --scope SCOPE   view, control (includes view) or cdp
+  --scope SCOPE   view, control (includes view), cdp or replay (the recording, events and replay page)
   --ttl S         lifetime in seconds (1..2592000, default 3600)
 )";
 constexpr std::string_view kEventsUsage = R"(usage: deskbox events ID [--since SEQ] [--follow]
@@ -136,6 +144,35 @@ RULE: a name (example.com), the names below one (*.example.com), or an address o
 (203.0.113.7, 203.0.113.0/24, 2001:db8::/32), each optionally with ports (example.com:443,
 203.0.113.0/24:80,8000-8100, [2001:db8::/32]:443). The daemon checks the rules.
 )";
+constexpr std::string_view kRecordingUsage = R"(usage: deskbox recording ls ID
+       deskbox recording get ID [-o FILE] [--segment N]
+       deskbox recording verify ID
+       deskbox recording rm ID
+The sandbox's screen recording: H.264 video in MP4 segments, each one listed with its SHA-256
+in the sandbox's hash-chained event log (docs/recording.md).
+ls      prints a line with the status, whether recording is enabled, the size, the length,
+        the dropped frames and the problem if it failed; then one line per segment: index,
+        start, end, length, size, screen, the first 16 hex digits of its SHA-256, and flags
+        (truncated: cut back to its last whole fragment after a crash; live: still written).
+get     downloads the whole recording as one MP4 to FILE (default ID.mp4 in the current
+        directory), or with --segment N only segment N (default ID-NNNNNN.mp4). FILE '-'
+        writes stdout. FILE is replaced only once the whole download has arrived.
+verify  checks the event log's chain and every segment file against it. Prints
+        "ok: N events, M segments checked, head HEX" and exits 0; else "not ok: …" and one
+        line per problem (KIND FILE MESSAGE) and exits 1.
+rm      deletes the segment files; the events stay. A running sandbox goes on recording in a
+        new segment. Needs an API key.
+  -o, --output FILE   where get writes
+  --segment N         get only segment N (0..999999; the file NNNNNN.mp4)
+)";
+constexpr std::string_view kReplayUsage = R"(usage: deskbox replay ID [--ttl S]
+Creates a token with scope replay for the sandbox and prints the URL of its replay page (the
+video beside the timeline of events) with that token, to open in a browser. The token reads
+that sandbox's recording, events and verification and nothing else; whoever has the URL can
+use it until it expires. Works for a deleted sandbox while its recording is retained. Needs
+an API key.
+  --ttl S   lifetime of the token in seconds (1..2592000, default 3600)
+)";
 constexpr std::string_view kKeysUsage = R"(usage: deskbox keys ls
        deskbox keys create NAME
        deskbox keys rm KEY_ID
@@ -155,19 +192,11 @@ struct CommandInfo {
   std::string_view usage;
 };
 constexpr CommandInfo kCommands[] = {
-    {"create", kCreateUsage},
-    {"ls", kListUsage},
-    {"show", kShowUsage},
-    {"rm", kRemoveUsage},
-    {"pause", kPauseUsage},
-    {"resume", kResumeUsage},
-    {"exec", kExecUsage},
-    {"cp", kCopyUsage},
-    {"screenshot", kScreenshotUsage},
-    {"token", kTokenUsage},
-    {"events", kEventsUsage},
-    {"egress", kEgressUsage},
-    {"keys", kKeysUsage},
+    {"create", kCreateUsage},       {"ls", kListUsage},       {"show", kShowUsage},
+    {"rm", kRemoveUsage},           {"pause", kPauseUsage},   {"resume", kResumeUsage},
+    {"exec", kExecUsage},           {"cp", kCopyUsage},       {"screenshot", kScreenshotUsage},
+    {"token", kTokenUsage},         {"events", kEventsUsage}, {"egress", kEgressUsage},
+    {"recording", kRecordingUsage}, {"replay", kReplayUsage}, {"keys", kKeysUsage},
     {"templates", kTemplatesUsage},
 };
 
@@ -398,6 +427,8 @@ class CommandParser {
     if (name_ == "token") return ParseToken(args);
     if (name_ == "events") return ParseEvents(args);
     if (name_ == "egress") return ParseEgress(args);
+    if (name_ == "recording") return ParseRecording(args);
+    if (name_ == "replay") return ParseReplay(args);
     if (name_ == "keys") return ParseKeys(args);
     if (name_ == "templates") {
       auto s = ScanOrFail(args, {});
@@ -604,7 +635,7 @@ class CommandParser {
     std::optional<uint64_t> ttl;
     auto pos =
         ScanOrFail(args, {
-                             {"--scope", "", true, SetOneOf(scope, {"view", "control", "cdp"})},
+                             {"--scope", "", true, SetOneOf(scope, {"view", "control", "cdp", "replay"})},
                              {"--ttl", "", true, SetCount(ttl)},
                          });
     if (!pos) return std::unexpected(pos.error());
@@ -674,6 +705,72 @@ class CommandParser {
     if (!RulesAreText(policy))
       return std::unexpected(Usage("egress: --allow and --deny rules must be UTF-8", usage_));
     return EgressSetCommand{(*pos)[0], std::move(policy)};
+  }
+
+  // `recording SUBCOMMAND ID`, like keys and token ls: the subcommand comes first.
+  std::expected<Command, ParseFailure> ParseRecording(std::span<const std::string> args) {
+    std::optional<std::string> output;
+    std::optional<uint32_t> segment;
+    auto pos = ScanOrFail(args, {
+                                    {"--output", "-o", true, SetString(output)},
+                                    {"--segment", "", true,
+                                     [&segment](std::string_view v) -> std::optional<std::string> {
+                                       auto n = ParseCount(v, true);
+                                       if (!n) return n.error();
+                                       if (*n > kMaxSegmentIndex)
+                                         return fmt::format("{} is not a segment index (0..{})", v,
+                                                            kMaxSegmentIndex);
+                                       segment = static_cast<uint32_t>(*n);
+                                       return std::nullopt;
+                                     }},
+                                });
+    if (!pos) return std::unexpected(pos.error());
+    auto is_subcommand = [](std::string_view word) {
+      return word == "ls" || word == "get" || word == "verify" || word == "rm";
+    };
+    if (pos->empty())
+      return std::unexpected(Usage("recording: missing ls, get, verify or rm", usage_));
+    std::string_view sub = (*pos)[0];
+    if (!is_subcommand(sub)) {
+      if (pos->size() > 1 && is_subcommand((*pos)[1]))
+        return std::unexpected(
+            Usage(fmt::format("recording: the subcommand comes first: deskbox recording {} ID",
+                              (*pos)[1]),
+                  usage_));
+      return std::unexpected(Usage(
+          fmt::format("recording: unknown subcommand \"{}\" (expected ls, get, verify or rm)", sub),
+          usage_));
+    }
+    std::vector<std::string> rest(pos->begin() + 1, pos->end());
+    if (auto f = Count(rest, 1, "ID")) return std::unexpected(*f);
+    const std::string& id = rest[0];
+    if (sub != "get" && (output || segment))
+      return std::unexpected(Usage("recording: -o and --segment apply to get only", usage_));
+    if (sub == "ls") return RecordingShowCommand{id};
+    if (sub == "verify") return RecordingVerifyCommand{id};
+    if (sub == "rm") return RecordingRemoveCommand{id};
+    RecordingGetCommand c{id, segment, {}};
+    if (output) {
+      if (output->empty())
+        return std::unexpected(Usage("recording: -o needs a file name ('-' for stdout)", usage_));
+      c.output = *output;
+    } else {
+      // The default file is named after the ID, so the ID must not lead somewhere else.
+      if (id.find('/') != std::string::npos)
+        return std::unexpected(
+            Usage(fmt::format("recording: \"{}\" cannot name a file; give -o FILE", id), usage_));
+      c.output = segment ? fmt::format("{}-{:06}.mp4", id, *segment) : id + ".mp4";
+    }
+    return c;
+  }
+
+  std::expected<Command, ParseFailure> ParseReplay(std::span<const std::string> args) {
+    ReplayCommand c;
+    auto pos = ScanOrFail(args, {{"--ttl", "", true, SetCount(c.ttl_s)}});
+    if (!pos) return std::unexpected(pos.error());
+    if (auto f = Count(*pos, 1, "ID")) return std::unexpected(*f);
+    c.id = (*pos)[0];
+    return c;
   }
 
   std::expected<Command, ParseFailure> ParseKeys(std::span<const std::string> args) {

@@ -116,6 +116,18 @@ class Runner {
   int operator()(const EgressSetCommand& c) {
     return PrintResult(Call(EgressSetRequest(c)), FormatEgressPolicy);
   }
+  int operator()(const RecordingShowCommand& c) {
+    return PrintResult(Call(RecordingRequest(c.id)), FormatRecording);
+  }
+  int operator()(const RecordingGetCommand& c) {
+    return DownloadTo(RecordingVideoRequest(c), c.output);
+  }
+  int operator()(const RecordingVerifyCommand& c);
+  int operator()(const RecordingRemoveCommand& c) {
+    auto r = Call(RecordingRemoveRequest(c.id));
+    return r ? 0 : r.error();
+  }
+  int operator()(const ReplayCommand& c);
   int operator()(const KeyListCommand&) {
     return PrintResult(Call(KeyListRequest()), FormatKeyList);
   }
@@ -250,6 +262,28 @@ int Runner::operator()(const ExecCommand& c) {
     Error(fmt::format("the command timed out after {} s and was killed",
                       c.timeout_s.value_or(kDefaultExecTimeoutS)));
   return ExecExitStatus(j);
+}
+
+// Exits 1 when the check found a problem, as when the daemon refused: scripts test the status.
+int Runner::operator()(const RecordingVerifyCommand& c) {
+  auto r = Call(RecordingVerifyRequest(c.id));
+  if (!r) return r.error();
+  if (int status = PrintResult(r, FormatVerification); status != 0) return status;
+  return VerificationOk(r->json) ? 0 : 1;
+}
+
+// Text: the URL alone, for scripts and to paste into a browser. --json: the daemon's token
+// response (with the token's id, for `token rm`, and its expiry).
+int Runner::operator()(const ReplayCommand& c) {
+  auto r = Call(ReplayTokenRequest(c));
+  if (!r) return r.error();
+  if (global_.json) return PrintResult(r, Quiet);
+  const Json& token = Field(r->json, "token");
+  if (!token.is_string() || token.get_ref<const std::string&>().empty()) {
+    Error("the daemon's token response has no token");
+    return 1;
+  }
+  return Print(ReplayUrl(global_.url, c.id, token.get_ref<const std::string&>()) + "\n") ? 0 : 1;
 }
 
 int Runner::Upload(const CopyCommand& c) {

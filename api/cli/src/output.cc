@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 namespace deskbox::cli {
 
@@ -149,6 +150,111 @@ std::string FormatEgressPolicy(const Json& policy) {
   for (std::string_view list : {"allow", "deny"})
     for (const Json& rule : Array(policy, list)) out += fmt::format("{} {}\n", list, Scalar(rule));
   return out;
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static constexpr std::array<std::string_view, 6> kUnits = {"KiB", "MiB", "GiB",
+                                                             "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  // 1023.95 would print as "1024.0": move up a unit before that.
+  while (value >= 1023.95 && unit + 1 < kUnits.size()) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string HumanDuration(uint64_t ms) {
+  uint64_t tenths = ms / 100 + (ms % 100 >= 50);  // rounded, without overflowing
+  if (tenths < 600) return fmt::format("{}.{}s", tenths / 10, tenths % 10);
+  uint64_t s = ms / 1000 + (ms % 1000 >= 500);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60);
+}
+
+namespace {
+
+std::optional<uint64_t> Count(const Json& value) {
+  if (value.is_number_unsigned()) return value.get<uint64_t>();
+  if (value.is_number_integer() && value.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(value.get<int64_t>());
+  return std::nullopt;
+}
+
+// A table cell: "-" rather than nothing, so columns stay readable.
+std::string Cell(const Json& value) {
+  std::string text = Scalar(value);
+  return text.empty() ? "-" : text;
+}
+
+std::string BytesCell(const Json& value) {
+  auto n = Count(value);
+  return n ? HumanBytes(*n) : Cell(value);
+}
+
+std::string DurationCell(const Json& value) {
+  auto n = Count(value);
+  return n ? HumanDuration(*n) : Cell(value);
+}
+
+// INDEX START END DURATION SIZE SCREEN SHA256 FLAGS of one segment.
+std::vector<std::string> SegmentRow(const Json& segment) {
+  auto start = Count(Field(segment, "start_ms"));
+  auto end = Count(Field(segment, "end_ms"));
+  auto width = Count(Field(segment, "width"));
+  auto height = Count(Field(segment, "height"));
+  const Json& sha = Field(segment, "sha256");
+  std::string flags;
+  for (std::string_view flag : {"truncated", "live"}) {
+    if (Field(segment, flag) != true) continue;
+    if (!flags.empty()) flags += ',';
+    flags += flag;
+  }
+  return {Cell(Field(segment, "index")),
+          Cell(Field(segment, "start")),
+          Cell(Field(segment, "end")),
+          start && end && *end >= *start ? HumanDuration(*end - *start) : "-",
+          BytesCell(Field(segment, "bytes")),
+          width && height ? fmt::format("{}x{}", *width, *height) : "-",
+          sha.is_string() ? Cell(Json(sha.get_ref<const std::string&>().substr(0, 16))) : Cell(sha),
+          flags};
+}
+
+}  // namespace
+
+std::string FormatRecording(const Json& recording) {
+  std::string out = fmt::format(
+      "status: {}  enabled: {}  size: {}  duration: {}  dropped_frames: {}",
+      Cell(Field(recording, "status")), Cell(Field(recording, "enabled")),
+      BytesCell(Field(recording, "bytes")), DurationCell(Field(recording, "duration_ms")),
+      Cell(Field(recording, "dropped_frames")));
+  const Json& problem = Field(recording, "problem");
+  if (!problem.is_null() && problem != "") out += "  problem: " + Scalar(problem);
+  out += '\n';
+  std::vector<std::vector<std::string>> rows = {
+      {"INDEX", "START", "END", "DURATION", "SIZE", "SCREEN", "SHA256", "FLAGS"}};
+  for (const Json& segment : Array(recording, "segments")) rows.push_back(SegmentRow(segment));
+  return out + FormatTable(rows);
+}
+
+bool VerificationOk(const Json& verification) {
+  return Field(verification, "ok") == true;
+}
+
+std::string FormatVerification(const Json& verification) {
+  std::string counts =
+      fmt::format("{} events, {} segments checked, head {}", Cell(Field(verification, "events")),
+                  Cell(Field(verification, "segments_checked")), Cell(Field(verification, "head")));
+  if (VerificationOk(verification)) return fmt::format("ok: {}\n", counts);
+  const Json& problems = Array(verification, "problems");
+  std::string out = fmt::format("not ok: {} problem{}; {}\n", problems.size(),
+                                problems.size() == 1 ? "" : "s", counts);
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& p : problems)
+    rows.push_back({Cell(Field(p, "kind")), Cell(Field(p, "file")), Scalar(Field(p, "message"))});
+  return out + FormatTable(rows);
 }
 
 std::string FormatApiError(unsigned status, std::string_view reason, std::string_view body) {

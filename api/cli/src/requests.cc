@@ -114,6 +114,29 @@ ApiRequest EgressSetRequest(const EgressSetCommand& c) {
   return {verb::put, SandboxPath(c.id, "/egress"), EgressBody(c.policy)};
 }
 
+ApiRequest RecordingRequest(std::string_view id) {
+  return {verb::get, SandboxPath(id, "/recording"), std::nullopt};
+}
+ApiRequest RecordingVideoRequest(const RecordingGetCommand& c) {
+  std::string rest = c.segment ? fmt::format("/recording/segments/{:06}.mp4", *c.segment)
+                               : std::string("/recording.mp4");
+  return {verb::get, SandboxPath(c.id, rest), std::nullopt};
+}
+ApiRequest RecordingVerifyRequest(std::string_view id) {
+  return {verb::get, SandboxPath(id, "/events/verify"), std::nullopt};
+}
+ApiRequest RecordingRemoveRequest(std::string_view id) {
+  return {verb::delete_, SandboxPath(id, "/recording"), std::nullopt};
+}
+
+ApiRequest ReplayTokenRequest(const ReplayCommand& c) {
+  return TokenCreateRequest({.sandbox_id = c.id, .scope = "replay", .ttl_s = c.ttl_s});
+}
+
+std::string ReplayUrl(const ServerUrl& url, std::string_view id, std::string_view token) {
+  return url.ToString() + SandboxPath(id, "/replay?token=" + PercentEncode(token));
+}
+
 ApiRequest KeyListRequest() {
   return {verb::get, "/v1/keys", std::nullopt};
 }

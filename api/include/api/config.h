@@ -46,6 +46,15 @@ struct DaemonConfig {
   std::vector<std::string> egress_reachable;    // CIDRs the address guard lets through
   std::vector<std::string> egress_resolvers;    // "IP" or "IP:PORT" / "[v6]:PORT"; empty: /etc/resolv.conf
   uint32_t egress_dns_qps = 100;
+  // Screen recording (docs/recording.md).
+  bool recording = true;                 // a sandbox created without "recording" records
+  std::string recording_dir;             // "": <state-dir>/recordings
+  uint32_t recording_fps = 15;           // at most this many frames a second
+  uint32_t recording_segment_s = 60;     // a segment's longest duration
+  uint32_t recording_keyframe_s = 2;     // a keyframe (and a fragment on disk) at least this often
+  uint64_t recording_quota_mib = 20480;  // all recordings together
+  uint32_t recording_retention_days = 30;  // a recording is removed this long after its sandbox ended
+  uint64_t recording_max_mib = 4096;     // one recording: it stops growing beyond this
 };
 
 // "IP", "IP:PORT" or "[IPv6]:PORT" (port 53 if none) → address and port, or a message.

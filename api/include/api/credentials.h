@@ -12,7 +12,7 @@
 
 namespace deskbox::api {
 
-enum class Scope : uint8_t { kView, kControl, kCdp };
+enum class Scope : uint8_t { kView, kControl, kCdp, kReplay };
 std::string_view ToString(Scope s);
 std::optional<Scope> ParseScope(std::string_view s);
 

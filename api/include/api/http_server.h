@@ -44,8 +44,11 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
-  // When set, the body is produced by this function after the head is sent (chunked).
+  // When set, the body is produced by this function after the head is sent: chunked, or with
+  // this Content-Length when `length` is set (the function then writes exactly that many bytes;
+  // fewer, and the connection is closed).
   std::function<boost::asio::awaitable<void>(ChunkWriter&)> stream;
+  std::optional<uint64_t> length;
   // When set, the server writes nothing and hands the connection and the request over (a
   // WebSocket upgrade).
   std::function<boost::asio::awaitable<void>(boost::beast::tcp_stream,

@@ -14,6 +14,8 @@
 //   EgressBinding     each sandbox's egress policy
 //   AccessRoutes      API keys and sandbox tokens
 //   EventRoutes       the timeline
+//   ScreenMirrors     one screen mirror per running sandbox (desktop routes, recorder)
+//   RecordingRoutes   screen recording, its segments and verification, the replay page
 // and answers /healthz and /metrics itself.
 //
 // Threads: everything on the io_context thread; event-log flushes on a helper thread.
@@ -46,6 +48,8 @@ class CdpRoutes;
 class EgressBinding;
 class AccessRoutes;
 class EventRoutes;
+class ScreenMirrors;
+class RecordingRoutes;
 
 class ApiService {
  public:
@@ -82,6 +86,8 @@ class ApiService {
   std::unique_ptr<EgressBinding> egress_;
   std::unique_ptr<LifecycleRoutes> lifecycle_;
   std::unique_ptr<TimeoutClock> timeouts_;
+  std::unique_ptr<ScreenMirrors> mirrors_;
+  std::unique_ptr<RecordingRoutes> recordings_;
   std::unique_ptr<GuestRoutes> guest_;
   std::unique_ptr<DesktopRoutes> desktop_;
   std::unique_ptr<ViewerRoutes> viewers_;

@@ -37,6 +37,7 @@ struct SandboxRecord {
   // Handed out before its browser reloaded its pages, and not yet told that it has: a deskboxd
   // started after one that died meanwhile does the reload again (vmhost WaitBrowserFresh).
   bool browser_refreshing = false;
+  bool recording = true;  // its screen is recorded (docs/recording.md)
 };
 
 struct KeyRecord {

@@ -18,6 +18,9 @@ struct Mp4Layout {
   uint64_t header_length = 0;  // ftyp + moov
   uint32_t fragments = 0;      // complete moof + mdat pairs
   bool complete = false;       // nothing follows the last whole fragment (but an mfra index)
+  bool finished = false;       // ends with the mfra index the muxer writes when it finishes: a
+                               // file that is complete but not finished lost its writer between
+                               // two fragments
 };
 
 struct Mp4Error {

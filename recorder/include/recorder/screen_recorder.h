@@ -6,8 +6,8 @@
 // the new frame is dropped and counted.
 //
 // A segment ends, and the next begins with the next frame, when it has lasted
-// `segment_max`, when the screen changes size, and on Cut() (a pause: the gap is not
-// recorded). Each finished segment is reported with its SHA-256, size and time range, for the
+// `segment_max` (a still screen's too: the next then starts with the same screen), when the
+// screen changes size, and on Cut() (a pause: the gap is not recorded). Each finished segment is reported with its SHA-256, size and time range, for the
 // event log to chain it. While no frame comes, the last one is coded again as a keyframe every
 // `keyframe_every` (SegmentEncoder::KeepAlive), so the segment on disk stays at most that far
 // behind the screen.
@@ -38,6 +38,9 @@ struct RecorderSettings {
   size_t queue_frames = 2;  // frames waiting for the encoder; a new one beyond is dropped
   // Wall-clock milliseconds (Unix time); injected for tests.
   std::function<int64_t()> now_ms;
+  // Called on the recorder's thread when a segment file is opened, with its index and the time
+  // of its first frame (for a segment a crash leaves unfinished: RepairSegments cannot tell).
+  std::function<void(uint32_t index, int64_t start_ms)> on_open;
 };
 
 struct ScreenFrame {
@@ -105,10 +108,12 @@ class ScreenRecorder {
   // The recorder thread's own.
   std::unique_ptr<SegmentEncoder> encoder_;
   FinishedSegment current_;
+  std::optional<ScreenFrame> last_frame_;  // the last frame coded, to start the next segment with
   std::thread thread_;
 };
 
-// Every NNNNNN.mp4 in `dir` whose scan is not complete (a writer died) is cut back to its last
+// Every NNNNNN.mp4 in `dir` that its writer did not finish (it died: no mfra index at the end)
+// is reported as truncated, cut back to its last
 // whole fragment; a segment with no whole part is removed. Returns what was repaired, with
 // `truncated` set (time ranges unknown here: 0).
 std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const std::string& dir);

@@ -19,6 +19,7 @@
 #include <expected>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -91,9 +92,16 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   Point pointer() const { return pointer_; }
   uint8_t buttons() const { return buttons_; }
 
+  // Called on the executor after each batch of updates is applied to framebuffer() (the screen
+  // recorder takes its frames here). One observer; nullptr removes it. It must not stop or
+  // destroy the mirror.
+  void SetOnUpdate(std::function<void()> on_update) { on_update_ = std::move(on_update); }
+
   // Waits for the screen to settle after `after_seq` (the seq() read before the input was sent).
   boost::asio::awaitable<SettleResult> Settle(uint64_t after_seq, Clock::time_point input_time,
                                               const SettleOptions& options);
+  // When update `seq` arrived, if it is among the recent ones the mirror keeps.
+  std::optional<Clock::time_point> UpdateTime(uint64_t seq) const;
   // Waits until seq() > after_seq or `timeout`; true if it advanced.
   boost::asio::awaitable<bool> WaitUpdate(uint64_t after_seq, std::chrono::milliseconds timeout);
 
@@ -138,6 +146,7 @@ class FrameMirror : public std::enable_shared_from_this<FrameMirror> {
   bool pointer_known_ = false;
   uint8_t buttons_ = 0;
   uint32_t fence_id_ = 0;
+  std::function<void()> on_update_;
 };
 
 }  // namespace deskbox::vnc_bridge

@@ -94,7 +94,7 @@ struct ScreenshotCommand {
 };
 struct TokenCreateCommand {
   std::string sandbox_id;
-  std::string scope;  // "view" | "control" | "cdp"
+  std::string scope;  // "view" | "control" | "cdp"; the replay command asks for "replay"
   std::optional<uint64_t> ttl_s;
 };
 struct TokenListCommand {
@@ -116,6 +116,28 @@ struct EgressSetCommand {
   std::string id;
   EgressPolicyArgs policy;
 };
+// The recording commands (docs/recording.md).
+// Segment files are named with six digits (000003.mp4), so indexes end at 999999.
+inline constexpr uint32_t kMaxSegmentIndex = 999999;
+struct RecordingShowCommand {
+  std::string id;
+};
+struct RecordingGetCommand {
+  std::string id;
+  std::optional<uint32_t> segment;  // one segment instead of the whole recording.mp4
+  std::string output;               // "-" = stdout; defaults filled in by the parser
+};
+struct RecordingVerifyCommand {
+  std::string id;
+};
+struct RecordingRemoveCommand {
+  std::string id;
+};
+// Mints a replay token and prints the replay page's URL with it.
+struct ReplayCommand {
+  std::string id;
+  std::optional<uint64_t> ttl_s;
+};
 struct KeyListCommand {};
 struct KeyCreateCommand {
   std::string name;
@@ -125,11 +147,13 @@ struct KeyRemoveCommand {
 };
 struct TemplatesCommand {};
 
-using Command = std::variant<CreateCommand, ListCommand, ShowCommand, RemoveCommand, PauseCommand,
-                             ResumeCommand, ExecCommand, CopyCommand, ScreenshotCommand,
-                             TokenCreateCommand, TokenListCommand, TokenRemoveCommand,
-                             EventsCommand, EgressShowCommand, EgressSetCommand, KeyListCommand,
-                             KeyCreateCommand, KeyRemoveCommand, TemplatesCommand>;
+using Command =
+    std::variant<CreateCommand, ListCommand, ShowCommand, RemoveCommand, PauseCommand,
+                 ResumeCommand, ExecCommand, CopyCommand, ScreenshotCommand, TokenCreateCommand,
+                 TokenListCommand, TokenRemoveCommand, EventsCommand, EgressShowCommand,
+                 EgressSetCommand, RecordingShowCommand, RecordingGetCommand,
+                 RecordingVerifyCommand, RecordingRemoveCommand, ReplayCommand, KeyListCommand,
+                 KeyCreateCommand, KeyRemoveCommand, TemplatesCommand>;
 
 struct Invocation {
   GlobalOptions global;

@@ -2,6 +2,7 @@
 // What the CLI prints: tables and key/value views of API objects, error lines, exit codes.
 // Pure functions of the JSON; tolerant of missing or oddly typed fields (a newer daemon may add
 // or change fields, and the CLI should still print what it can).
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -27,6 +28,20 @@ std::string FormatKeyList(const Json& response);
 std::string FormatTemplateList(const Json& response);
 // `egress`: "default ACTION", then one "allow RULE" line per allow rule, then "deny RULE" lines.
 std::string FormatEgressPolicy(const Json& policy);
+
+// `recording ls`: one line "status: … enabled: … size: … duration: … dropped_frames: …" (and
+// "problem: …" when there is one), then INDEX START END DURATION SIZE SCREEN SHA256 FLAGS with
+// the first 16 hex digits of each segment's SHA-256 and flags "truncated", "live".
+std::string FormatRecording(const Json& recording);
+// `recording verify`: "ok: N events, M segments checked, head HEX" when the response says ok;
+// else "not ok: …" and one "KIND  FILE  MESSAGE" line per problem.
+std::string FormatVerification(const Json& verification);
+// Whether a verification response says ok (anything but "ok": true is not).
+bool VerificationOk(const Json& verification);
+// 1536 → "1.5 KiB"; under 1 KiB in bytes ("512 B").
+std::string HumanBytes(uint64_t bytes);
+// Milliseconds as "42.5s", "1m01s", "2h03m04s".
+std::string HumanDuration(uint64_t ms);
 
 // Text from the daemon may hold anything another API user wrote (metadata, names): control
 // characters are escaped so it cannot rewrite the terminal and one value stays on one line.

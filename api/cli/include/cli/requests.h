@@ -43,6 +43,16 @@ ApiRequest EventsRequest(std::string_view id, uint64_t since, bool follow);
 ApiRequest EgressShowRequest(std::string_view id);
 // The body has only the fields given ({} when none): the daemon replaces the whole policy.
 ApiRequest EgressSetRequest(const EgressSetCommand& c);
+ApiRequest RecordingRequest(std::string_view id);
+// recording.mp4, or the one segment's file (000003.mp4) when c.segment is set.
+ApiRequest RecordingVideoRequest(const RecordingGetCommand& c);
+ApiRequest RecordingVerifyRequest(std::string_view id);
+ApiRequest RecordingRemoveRequest(std::string_view id);
+// A token create with scope "replay", the same body as TokenCreateRequest's.
+ApiRequest ReplayTokenRequest(const ReplayCommand& c);
+// The replay page a browser opens: the daemon's URL (with its prefix), then the route with the
+// token as ?token=.
+std::string ReplayUrl(const ServerUrl& url, std::string_view id, std::string_view token);
 ApiRequest KeyListRequest();
 ApiRequest KeyCreateRequest(std::string_view name);
 ApiRequest KeyRemoveRequest(std::string_view key_id);
