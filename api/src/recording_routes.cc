@@ -147,9 +147,12 @@ struct RecordingRoutes::Recording {
 template <typename F>
 auto RecordingRoutes::OnPool(F& f) -> asio::awaitable<decltype(f())> {
   // Resumes on the pool's thread (the handler is bound to the pool), then back on the io_context.
+  // The executor is copied: once back, the caller checks `alive_` before touching anything of
+  // this object's (it may have been destroyed while the pool worked).
+  auto ex = ctx_.executor;
   co_await asio::post(pool_, asio::bind_executor(pool_, asio::use_awaitable));
   auto result = f();
-  co_await asio::post(ctx_.executor, asio::use_awaitable);
+  co_await asio::post(ex, asio::use_awaitable);
   co_return result;
 }
 
@@ -219,6 +222,7 @@ void RecordingRoutes::Emit(const std::string& id, recorder::v1::Recording r) {
 }
 
 asio::awaitable<void> RecordingRoutes::LoadIndex(const std::string& id) {
+  auto alive = alive_;
   auto& rec = RecordingOf(id);
   if (rec.loaded) co_return;
   if (rec.loading) {
@@ -226,7 +230,7 @@ asio::awaitable<void> RecordingRoutes::LoadIndex(const std::string& id) {
     rec.load_waiters.push_back(t);
     boost::system::error_code ec;
     co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    co_return;
+    co_return;  // (the caller checks alive_)
   }
   rec.loading = true;
   std::string path = ctx_.events.LogPath(id);
@@ -237,6 +241,7 @@ asio::awaitable<void> RecordingRoutes::LoadIndex(const std::string& id) {
     return recorder::ReadRecordingIndex(path, &error);
   };
   auto index = co_await OnPool(read_index);
+  if (!*alive) co_return;
   if (!error.empty()) log::Warn(kLog, "sandbox {}: event log: {}", id, error);
   auto& now = RecordingOf(id);
   for (const auto& r : now.emitted_while_loading) index.Apply(r);
@@ -305,16 +310,20 @@ asio::awaitable<void> RecordingRoutes::StartRecorder(std::string id) {
       f.segments.push_back(std::move(s));
     }
     f.next_index = Usage(dir).next_index;
-    // A cut segment's duration: what its whole fragments hold.
-    for (auto& s : f.segments)
-      if (auto plan = recorder::PlanJoin({{s.path, s.bytes}}))
-        s.end_ms = plan->duration_ms;
+    // A cut segment's duration: what its whole fragments hold (in end_ms), and when it was last
+    // written (in start_ms), for a segment whose "started" event never reached the log.
+    for (auto& s : f.segments) {
+      if (auto plan = recorder::PlanJoin({{s.path, s.bytes}})) s.end_ms = plan->duration_ms;
+      struct stat st {};
+      if (::stat(s.path.c_str(), &st) == 0)
+        s.start_ms = int64_t{st.st_mtim.tv_sec} * 1000 + st.st_mtim.tv_nsec / 1'000'000;
+    }
     return f;
   };
   auto found = co_await OnPool(reconcile);
+  if (!*alive) co_return;
   auto& now = RecordingOf(id);
   now.starting = false;
-  if (!*alive) co_return;
   if (!found.error.empty()) {
     Fail(id, found.error);
     co_return;
@@ -322,6 +331,8 @@ asio::awaitable<void> RecordingRoutes::StartRecorder(std::string id) {
   for (auto& s : found.segments) {
     if (now.index.Listed(s.index)) continue;
     int64_t start = now.index.StartOf(s.index);
+    // No "started" event reached the log: the file's last write is its end.
+    if (!start && s.start_ms > 0) start = s.start_ms - s.end_ms;
     recorder::v1::Recording r;
     r.set_phase("segment");
     r.set_index(s.index);
@@ -353,7 +364,8 @@ asio::awaitable<void> RecordingRoutes::StartRecorder(std::string id) {
                   .max_fps = static_cast<int>(cfg.recording_fps)},
       .segment_max = std::chrono::seconds(cfg.recording_segment_s),
       .queue_frames = 2,
-      .now_ms = nullptr};
+      // The service's clock, as for the frames' own times.
+      .now_ms = [&clock = ctx_.clock] { return clock.NowMs(); }};
   auto ex = ctx_.executor;
   settings.on_open = [this, ex, alive, id](uint32_t index, int64_t start_ms) {
     asio::post(ex, [this, alive, id, index, start_ms] {
@@ -519,7 +531,9 @@ asio::awaitable<uint64_t> RecordingRoutes::RemoveBelow(const std::string& id, ui
     if (fs::is_empty(dir, ec) && !ec) fs::remove(dir, ec);
     return n;
   };
+  auto alive = alive_;
   uint64_t freed = co_await OnPool(remove);
+  if (!*alive) co_return freed;
   totals_.bytes -= std::min(totals_.bytes, freed);
   co_return freed;
 }
@@ -578,9 +592,12 @@ asio::awaitable<void> RecordingRoutes::Sweep() {
 }
 
 asio::awaitable<void> RecordingRoutes::RemoveAll(const std::string& id, const std::string& why) {
+  auto alive = alive_;
   co_await LoadIndex(id);
+  if (!*alive) co_return;
   auto on_disk = [d = DirOf(id)] { return Usage(d).next_index; };
   uint32_t files_next = co_await OnPool(on_disk);
+  if (!*alive) co_return;
   uint32_t below = std::max(RecordingOf(id).index.next_index(), files_next);
   recorder::v1::Recording r;
   r.set_phase("deleted");
@@ -608,9 +625,11 @@ asio::awaitable<void> RecordingRoutes::Shutdown() {
 // --- routes ---------------------------------------------------------------------------------
 
 Reply RecordingRoutes::GetRecording(Call& c) {
+  auto alive = alive_;
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   co_await LoadIndex(c.id);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   const SandboxRecord& rec = **r;
@@ -739,8 +758,10 @@ HttpResponse Serve(Call& c, ServedBody body, asio::thread_pool& pool, asio::any_
 }  // namespace
 
 Reply RecordingRoutes::GetJoined(Call& c) {
+  auto alive = alive_;
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   co_await LoadIndex(c.id);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   std::string dir = DirOf(c.id);
   std::vector<recorder::JoinInput> inputs;
   for (const auto& s : RecordingOf(c.id).index.Segments())
@@ -768,10 +789,14 @@ Reply RecordingRoutes::GetJoined(Call& c) {
     return p;
   };
   auto planned = co_await OnPool(plan_join);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   if (planned.inputs.empty())
     co_return Error(404, "not_found", fmt::format("sandbox {} has no recorded video", c.id));
   if (!planned.plan)
     co_return Error(500, "internal", "joining the recording: " + planned.plan.error().message);
+  if (planned.plan->joined_inputs < planned.inputs.size())
+    log::Warn(kLog, "sandbox {}: recording.mp4 ends after {} of {} segments: {}", c.id,
+              planned.plan->joined_inputs, planned.inputs.size(), planned.plan->stopped_because);
   std::string tag;
   for (const auto& in : planned.inputs) tag += fmt::format("{}:{};", in.path, in.length);
   auto digest = Sha256(tag);
@@ -787,12 +812,14 @@ Reply RecordingRoutes::GetJoined(Call& c) {
 }
 
 Reply RecordingRoutes::GetSegment(Call& c) {
+  auto alive = alive_;
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   auto index = recorder::ParseSegmentFile(c.target);
   if (!index)
     co_return Error(404, "not_found",
                     fmt::format("'{}' is not a segment name (NNNNNN.mp4, 6 digits)", c.target));
   co_await LoadIndex(c.id);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   auto& rec = RecordingOf(c.id);
   std::string path = DirOf(c.id) + "/" + recorder::SegmentFile(*index);
   std::optional<recorder::SegmentEntry> listed;
@@ -809,6 +836,7 @@ Reply RecordingRoutes::GetSegment(Call& c) {
   } else {
     auto whole = [path] { return WholeLength(path); };
     size = co_await OnPool(whole);
+    if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < size || size == 0)
@@ -826,9 +854,11 @@ Reply RecordingRoutes::GetSegment(Call& c) {
 }
 
 Reply RecordingRoutes::DeleteRecording(Call& c) {
+  auto alive = alive_;
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   co_await LoadIndex(c.id);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   auto& rec = RecordingOf(c.id);
   uint32_t below = rec.index.next_index();
   bool was_live = live_.contains(c.id);
@@ -837,6 +867,7 @@ Reply RecordingRoutes::DeleteRecording(Call& c) {
   StopRecorder(c.id, ctx_.clock.NowMs());
   auto on_disk = [d = DirOf(c.id)] { return Usage(d).next_index; };
   uint32_t files_next = co_await OnPool(on_disk);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   below = std::max(below, files_next);
   recorder::v1::Recording e;
   e.set_phase("deleted");
@@ -848,6 +879,7 @@ Reply RecordingRoutes::DeleteRecording(Call& c) {
   if (rec.loading) rec.emitted_while_loading.push_back(e);
   ctx_.events.Emit(std::move(event));
   co_await RemoveBelow(c.id, below);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   const SandboxRecord* now = ctx_.sandboxes.Find(c.id);
   if (was_live && now && now->state == SandboxState::kRunning && now->recording && !stopping_)
     asio::co_spawn(ctx_.executor, StartRecorder(c.id), asio::detached);
@@ -855,6 +887,7 @@ Reply RecordingRoutes::DeleteRecording(Call& c) {
 }
 
 Reply RecordingRoutes::GetHead(Call& c) {
+  auto alive = alive_;
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   std::string path = ctx_.events.LogPath(c.id);
   auto& events = ctx_.events;
@@ -863,6 +896,7 @@ Reply RecordingRoutes::GetHead(Call& c) {
     return recorder::VerifyLog(path);
   };
   auto v = co_await OnPool(verify_log);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   if (!v) {
     if (v.error().code == recorder::EventLogError::Code::kNotFound)
       co_return Json(200, {{"seq", 0}, {"head", ""}});
@@ -872,6 +906,7 @@ Reply RecordingRoutes::GetHead(Call& c) {
 }
 
 Reply RecordingRoutes::Verify(Call& c) {
+  auto alive = alive_;
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   std::optional<uint32_t> live;
   if (auto it = live_.find(c.id); it != live_.end()) {
@@ -886,6 +921,7 @@ Reply RecordingRoutes::Verify(Call& c) {
     return recorder::CheckRecording(path, dir, live);
   };
   auto check = co_await OnPool(check_files);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
   json problems = json::array();
   for (const auto& p : check.problems) {
     json j = {{"kind", p.kind}, {"message", p.message}};

@@ -38,7 +38,7 @@ from wsclient import WS_BINARY, WS_CLOSE, WS_TEXT, close_reason, ws_connect
 
 SPEC_PATH = source_dir() / "api" / "openapi.yaml"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-SCOPES = ("view", "control", "cdp")
+SCOPES = ("view", "control", "cdp", "replay")
 SPEC_FILE_PATH = "/tmp/spec-test.txt"
 SPEC_FILE_BODY = b"spec test \x00\x01\xfe\xff\n"
 
@@ -433,6 +433,66 @@ def run_list_events(ctx, cred):
     return [r]
 
 
+def run_events_head(ctx, cred):
+    r = ctx.call("getEventsHead", cred)
+    if r.status_code == 200:
+        ctx.test.assertRegex(ctx.test.json_of(r)["head"], r"^[0-9a-f]{64}$")
+    return [r]
+
+
+def run_verify_events(ctx, cred):
+    r = ctx.call("verifyEvents", cred)
+    if r.status_code == 200:
+        ctx.test.assertTrue(ctx.test.json_of(r)["ok"], describe(r))
+    return [r]
+
+
+def run_get_recording(ctx, cred):
+    r = ctx.call("getRecording", cred)
+    if r.status_code == 200:
+        ctx.test.assertEqual(ctx.test.json_of(r)["status"], "recording", describe(r))
+    return [r]
+
+
+def wait_recorded_video(ctx):
+    """The name of a segment of A with a whole fragment on disk (waits for the first)."""
+    deadline = time.monotonic() + 120
+    while True:
+        segs = ctx.test.json_of(_key_ok(ctx, ctx.as_key("getRecording"), 200, "recording of A"))["segments"]
+        if segs and segs[0]["bytes"] > 0:
+            r = ctx.as_key("getRecordingSegment", target=segs[0]["file"], headers={"Range": "bytes=0-0"})
+            if r.status_code == 206:
+                return segs[0]["file"]
+        ctx.test.assertLess(time.monotonic(), deadline, "A's recording has no video after 120 s")
+        time.sleep(1)
+
+
+def run_get_recording_video(ctx, cred):
+    wait_recorded_video(ctx)
+    whole = ctx.call("getRecordingVideo", cred)
+    part = ctx.call("getRecordingVideo", cred, headers={"Range": "bytes=0-99"})
+    if part.status_code == 206:
+        ctx.test.assertEqual(len(part.content), 100)
+    return [whole, part]
+
+
+def run_get_recording_segment(ctx, cred):
+    name = wait_recorded_video(ctx)
+    return [ctx.call("getRecordingSegment", cred, target=name),
+            ctx.call("getRecordingSegment", cred, target=name, headers={"Range": "bytes=4-11"})]
+
+
+def run_replay_page(ctx, cred):
+    r = ctx.call("getReplayPage", cred)
+    if r.status_code == 200:
+        ctx.test.assertIn("deskboxReplay", r.text)
+    return [r]
+
+
+def run_delete_recording(ctx, cred):
+    return [ctx.call("deleteRecording", cred)]
+
+
 def run_create_token(ctx, cred):
     return [ctx.call("createToken", cred, json_body={"scope": "view", "ttl_s": 120}, record=True)]
 
@@ -717,8 +777,22 @@ CASES = {
     "setEgress": Case("PUT", "/v1/sandboxes/{id}/egress", [], "sandbox",
                       lambda c: {"json_body": {"allow": ["example.com"]}}, run_set_egress),
     "getEgress": Case("GET", "/v1/sandboxes/{id}/egress", ["control"], "sandbox", probe_none, run_get_egress),
-    "listEvents": Case("GET", "/v1/sandboxes/{id}/events", ["view", "control"], "sandbox", probe_none,
-                       run_list_events),
+    "listEvents": Case("GET", "/v1/sandboxes/{id}/events", ["view", "control", "replay"], "sandbox", probe_none,
+                       run_list_events, True),
+    "getEventsHead": Case("GET", "/v1/sandboxes/{id}/events/head", ["view", "control", "replay"], "sandbox",
+                          probe_none, run_events_head, True),
+    "verifyEvents": Case("GET", "/v1/sandboxes/{id}/events/verify", ["replay"], "sandbox", probe_none,
+                         run_verify_events, True),
+    "getRecording": Case("GET", "/v1/sandboxes/{id}/recording", ["replay"], "sandbox", probe_none,
+                         run_get_recording, True),
+    "getRecordingVideo": Case("GET", "/v1/sandboxes/{id}/recording.mp4", ["replay"], "sandbox", probe_none,
+                              run_get_recording_video, True),
+    "getRecordingSegment": Case("GET", "/v1/sandboxes/{id}/recording/segments/{file}", ["replay"], "sandbox",
+                                probe_none, run_get_recording_segment, True, second="000000.mp4"),
+    "getReplayPage": Case("GET", "/v1/sandboxes/{id}/replay", ["replay"], "sandbox", probe_none,
+                          run_replay_page, True),
+    "deleteRecording": Case("DELETE", "/v1/sandboxes/{id}/recording", [], "sandbox", probe_none,
+                            run_delete_recording),
     "createToken": Case("POST", "/v1/sandboxes/{id}/tokens", [], "sandbox",
                         lambda c: {"json_body": {"scope": "view"}}, run_create_token),
     "listTokens": Case("GET", "/v1/sandboxes/{id}/tokens", [], "sandbox", probe_none, run_list_tokens),

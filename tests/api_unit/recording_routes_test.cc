@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>

@@ -28,18 +28,13 @@
 // fragments use) the data offset counts from the moof's first byte and the mdat now starts that
 // much later. (FFmpeg writes version 1 tfdt, so segments it wrote keep their sizes.)
 //
-// Which segments join: the leading run that can play as one file; the first segment that
-// cannot ends the run (`joined_inputs`, `stopped_because`) and the caller serves the rest as runs
-// of their own. A segment cannot join when its moov differs from the first one's in what is not
-// rewritten per fragment (track ID, media timescale, handler, codec), or when its sample entry
-// differs from the one before it (a new screen size: other SPS/PPS) and its first sample does not
-// carry its SPS and PPS in the stream. Measured (Chromium 156 from Debian, FFmpeg 5.1): with both
-// entries in the stsd and tfhd naming each fragment's, neither switches to the second entry's
-// avcC at the boundary — Chromium fails with PIPELINE_ERROR_DECODE in the second segment, ffmpeg
-// reports every frame at the first size with macroblock errors; when the keyframes also carry SPS
-// and PPS in the stream (x264's repeat-headers), both play the joined file through with every
-// frame at its own size (videoWidth follows). SegmentEncoder's segments keep SPS/PPS in avcC
-// only, so today a size change ends the run.
+// Which segments join: the leading run whose `moov` agrees with the first one's on what cannot
+// be rewritten per fragment — one video track, the same track ID and media timescale, the same
+// codec family; a segment that differs there ends the run (`joined_inputs`, `stopped_because`),
+// and the caller can serve the rest separately. A new sample entry (another screen size) joins
+// only when the segment's first sample carries its own SPS and PPS: measured, ffmpeg and
+// Chromium switch at the boundary then, and not otherwise (NewEntryPlays in mp4_join.cc;
+// SegmentEncoder repeats them before every keyframe).
 //
 // Untrusted bytes: every size is checked before use against the input's `length`, a moov or moof
 // over 4 MiB is refused, box nesting is at most 8 deep and a moov or moof at most 4096 boxes,
