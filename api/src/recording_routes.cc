@@ -624,13 +624,18 @@ asio::awaitable<void> RecordingRoutes::Shutdown() {
 
 // --- routes ---------------------------------------------------------------------------------
 
+asio::awaitable<std::optional<HttpResponse>> RecordingRoutes::Prepare(const std::string& id) {
+  auto alive = alive_;
+  if (auto r = ctx_.sandboxes.Get(id); !r) co_return r.error();
+  co_await LoadIndex(id);
+  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
+  co_return std::nullopt;
+}
+
 Reply RecordingRoutes::GetRecording(Call& c) {
   auto alive = alive_;
+  if (auto refused = co_await Prepare(c.id)) co_return *refused;
   auto r = ctx_.sandboxes.Get(c.id);
-  if (!r) co_return r.error();
-  co_await LoadIndex(c.id);
-  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
-  r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   const SandboxRecord& rec = **r;
   auto& recording = RecordingOf(c.id);
@@ -759,9 +764,7 @@ HttpResponse Serve(Call& c, ServedBody body, asio::thread_pool& pool, asio::any_
 
 Reply RecordingRoutes::GetJoined(Call& c) {
   auto alive = alive_;
-  if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
-  co_await LoadIndex(c.id);
-  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
+  if (auto refused = co_await Prepare(c.id)) co_return *refused;
   std::string dir = DirOf(c.id);
   std::vector<recorder::JoinInput> inputs;
   for (const auto& s : RecordingOf(c.id).index.Segments())
@@ -855,10 +858,7 @@ Reply RecordingRoutes::GetSegment(Call& c) {
 
 Reply RecordingRoutes::DeleteRecording(Call& c) {
   auto alive = alive_;
-  auto r = ctx_.sandboxes.Get(c.id);
-  if (!r) co_return r.error();
-  co_await LoadIndex(c.id);
-  if (!*alive) co_return Error(503, "unavailable", "deskboxd is stopping");
+  if (auto refused = co_await Prepare(c.id)) co_return *refused;
   auto& rec = RecordingOf(c.id);
   uint32_t below = rec.index.next_index();
   bool was_live = live_.contains(c.id);

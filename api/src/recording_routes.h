@@ -56,6 +56,9 @@ class RecordingRoutes final : public SandboxStateListener {
   Reply GetHead(Call& c);
   Reply Verify(Call& c);
   Reply ReplayPage(Call& c);
+  // What a route reading sandbox `id`'s recording answers instead (404, 503), once its index is
+  // loaded; nullopt to go on.
+  boost::asio::awaitable<std::optional<HttpResponse>> Prepare(const std::string& id);
 
   std::string DirOf(const std::string& id) const;
   Recording& RecordingOf(const std::string& id);

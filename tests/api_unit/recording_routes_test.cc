@@ -103,19 +103,24 @@ class RecordingRoutesTest : public ApiRoutesTest {
     s.sha256 = HexSha256(s.bytes);
     s.start_ms = start_ms;
     s.end_ms = start_ms + frames * 100;
-    recorder::v1::Recording r;
-    r.set_phase("segment");
-    r.set_index(index);
-    r.set_file(s.file);
-    r.set_start_unix_ms(s.start_ms);
-    r.set_end_unix_ms(s.end_ms);
-    r.set_bytes(s.bytes.size());
-    r.set_sha256(s.sha256);
+    auto r = SegmentEvent(s);
     r.set_width(width);
     r.set_height(height);
     r.set_frames(stats ? stats->frames : 0);
     Log(id, r);
     return s;
+  }
+  // The "segment" event that lists `s`.
+  static recorder::v1::Recording SegmentEvent(const Planted& s) {
+    recorder::v1::Recording r;
+    r.set_phase("segment");
+    r.set_index(s.index);
+    r.set_file(s.file);
+    r.set_start_unix_ms(s.start_ms);
+    r.set_end_unix_ms(s.end_ms);
+    r.set_bytes(s.bytes.size());
+    r.set_sha256(s.sha256);
+    return r;
   }
   // A file that is not an MP4, listed by its event as a segment.
   Planted PlantGarbage(const std::string& id, uint32_t index, int64_t start_ms) {
@@ -129,15 +134,7 @@ class RecordingRoutesTest : public ApiRoutesTest {
     s.sha256 = HexSha256(s.bytes);
     s.start_ms = start_ms;
     s.end_ms = start_ms + 1000;
-    recorder::v1::Recording r;
-    r.set_phase("segment");
-    r.set_index(index);
-    r.set_file(s.file);
-    r.set_start_unix_ms(s.start_ms);
-    r.set_end_unix_ms(s.end_ms);
-    r.set_bytes(s.bytes.size());
-    r.set_sha256(s.sha256);
-    Log(id, r);
+    Log(id, SegmentEvent(s));
     return s;
   }
   void Log(const std::string& id, const recorder::v1::Recording& r) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "recorder/mp4_fragments.h"
+#include "recorder_test_util.h"
 #include "recorder/segment_encoder.h"
 
 namespace deskbox::recorder {
@@ -33,20 +34,7 @@ std::vector<uint8_t> Screen(uint32_t w, uint32_t h, uint32_t x, uint8_t bg) {
   return px;
 }
 
-struct Run {
-  int status;
-  std::string out;
-};
-Run Shell(const std::string& cmd) {
-  Run r{-1, ""};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  r.status = ::pclose(p);
-  return r;
-}
+using testing::Shell;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -1,5 +1,6 @@
 #pragma once
 // Helpers shared by the recorder tests and fuzz targets.
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <string>
@@ -124,6 +125,22 @@ inline Event RecordingSegmentEvent(const std::string& sandbox_id) {
   k->set_detail("cut back after a restart");
   k->set_dropped_frames(2);
   return e;
+}
+
+// A shell command's exit status (as pclose gives it) and standard output.
+struct Run {
+  int status;
+  std::string out;
+};
+inline Run Shell(const std::string& cmd) {
+  Run r{-1, ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  r.status = ::pclose(p);
+  return r;
 }
 
 // A directory removed at the end of the test.

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "recorder/mp4_fragments.h"
+#include "recorder_test_util.h"
 
 namespace deskbox::recorder {
 namespace {
@@ -31,20 +32,7 @@ std::vector<uint8_t> Screen(uint32_t x) {
   return px;
 }
 
-struct Run {
-  int status;
-  std::string out;
-};
-Run Shell(const std::string& cmd) {
-  Run r{-1, ""};
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  r.status = ::pclose(p);
-  return r;
-}
+using testing::Shell;
 
 // ffprobe's view of a file: its streams, its frames (key or not, times) and any error it printed.
 struct Probe {
