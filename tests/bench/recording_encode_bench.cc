@@ -21,16 +21,16 @@
 //
 // Exits 1 when full motion (scroll and drag) costs more than 15% of a core at 15 fps, or the
 // recorder delivers fewer than 95% of the frames offered.
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
-#include <fmt/format.h>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -67,7 +67,9 @@ double ThreadCpuMs() {
 double ProcessCpuMs() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  auto ms = [](const timeval& t) { return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3; };
+  auto ms = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_usec) / 1e3;
+  };
   return ms(ru.ru_utime) + ms(ru.ru_stime);
 }
 
@@ -75,6 +77,10 @@ double Pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+double MibPerHour(uint64_t bytes, double seconds) {
+  return static_cast<double>(bytes) / seconds * 3600 / (1 << 20);
 }
 
 double Mean(const std::vector<double>& v) {
@@ -93,14 +99,15 @@ struct SceneRun {
   recorder::SegmentStats stats;
   double video_s = 0;
   double CpuMs() const {
-    return std::accumulate(frame_ms.begin(), frame_ms.end(), 0.0) + std::accumulate(key_ms.begin(), key_ms.end(), 0.0);
+    return std::accumulate(frame_ms.begin(), frame_ms.end(), 0.0) +
+           std::accumulate(key_ms.begin(), key_ms.end(), 0.0);
   }
   size_t Frames() const { return frame_ms.size() + key_ms.size(); }
   double MsPerFrame() const { return Frames() ? CpuMs() / static_cast<double>(Frames()) : 0; }
 };
 
-SceneRun EncodeScene(const ScreenContent& content, Scene scene, int frames, int fps, const recorder::EncoderSettings& enc,
-                     const std::string& dir) {
+SceneRun EncodeScene(const ScreenContent& content, Scene scene, int frames, int fps,
+                     const recorder::EncoderSettings& enc, const std::string& dir) {
   SceneRun r{scene};
   std::string path = fmt::format("{}/{}.mp4", dir, SceneName(scene));
   std::vector<uint8_t> px(size_t{content.width()} * content.height() * 4);
@@ -113,7 +120,8 @@ SceneRun EncodeScene(const ScreenContent& content, Scene scene, int frames, int 
     content.Paint(scene, i, px.data());
     uint64_t keys = encoder.stats().keyframes;
     double c0 = ThreadCpuMs();
-    if (auto a = encoder.AddFrame(px.data(), size_t{content.width()} * 4, int64_t{i} * 1000 / fps); !a)
+    if (auto a = encoder.AddFrame(px.data(), size_t{content.width()} * 4, int64_t{i} * 1000 / fps);
+        !a)
       throw Failure(a.error().message);
     double ms = ThreadCpuMs() - c0;
     (encoder.stats().keyframes > keys ? r.key_ms : r.frame_ms).push_back(ms);
@@ -131,11 +139,11 @@ SceneRun EncodeScene(const ScreenContent& content, Scene scene, int frames, int 
 // The same frames through the encoder's colour conversion only.
 std::vector<double> ConvertScene(const ScreenContent& content, Scene scene, int frames) {
   int w = static_cast<int>(content.width()), h = static_cast<int>(content.height());
-  SwsContext* sws =
-      sws_getContext(w, h, AV_PIX_FMT_BGR0, w, h, AV_PIX_FMT_YUV420P, SWS_POINT, nullptr, nullptr, nullptr);
+  SwsContext* sws = sws_getContext(w, h, AV_PIX_FMT_BGR0, w, h, AV_PIX_FMT_YUV420P, SWS_POINT,
+                                   nullptr, nullptr, nullptr);
   if (!sws) throw Failure("no BGRX to YUV 4:2:0 conversion");
-  std::vector<uint8_t> px(size_t(w) * size_t(h) * 4), y(size_t(w) * size_t(h)), u(size_t(w) * size_t(h) / 4),
-      v(size_t(w) * size_t(h) / 4);
+  std::vector<uint8_t> px(size_t(w) * size_t(h) * 4), y(size_t(w) * size_t(h)),
+      u(size_t(w) * size_t(h) / 4), v(size_t(w) * size_t(h) / 4);
   uint8_t* dst[3] = {y.data(), u.data(), v.data()};
   int dst_stride[3] = {w, w / 2, w / 2};
   std::vector<double> ms;
@@ -157,20 +165,23 @@ struct StillRun {
   double first_ms = 0, keepalive_ms = 0, open_ms = 0, finish_ms = 0, video_s = 0;
   uint64_t keyframes = 0, bytes = 0;
 };
-StillRun EncodeStill(const ScreenContent& content, int seconds, const recorder::EncoderSettings& enc,
-                     const std::string& dir) {
+StillRun EncodeStill(const ScreenContent& content, int seconds,
+                     const recorder::EncoderSettings& enc, const std::string& dir) {
   StillRun r;
   std::vector<uint8_t> px(size_t{content.width()} * content.height() * 4);
   content.Paint(Scene::kType, 0, px.data());
   double t0 = ThreadCpuMs();
-  auto e = recorder::SegmentEncoder::Open(dir + "/still.mp4", content.width(), content.height(), enc);
+  auto e =
+      recorder::SegmentEncoder::Open(dir + "/still.mp4", content.width(), content.height(), enc);
   r.open_ms = ThreadCpuMs() - t0;
   if (!e) throw Failure(e.error().message);
   auto& encoder = **e;
   t0 = ThreadCpuMs();
-  if (auto a = encoder.AddFrame(px.data(), size_t{content.width()} * 4, 0); !a) throw Failure(a.error().message);
+  if (auto a = encoder.AddFrame(px.data(), size_t{content.width()} * 4, 0); !a)
+    throw Failure(a.error().message);
   r.first_ms = ThreadCpuMs() - t0;
-  int64_t step = std::max<int64_t>(1, enc.keyframe_every.count() / 4), end = int64_t{seconds} * 1000;
+  int64_t step = std::max<int64_t>(1, enc.keyframe_every.count() / 4),
+          end = int64_t{seconds} * 1000;
   t0 = ThreadCpuMs();
   for (int64_t now = step; now < end; now += step)
     if (auto k = encoder.KeepAlive(now); !k) throw Failure(k.error().message);
@@ -192,30 +203,34 @@ struct RecorderRun {
   uint64_t segment_frames = 0, bytes = 0;
   size_t segments = 0;
 };
-RecorderRun RunRecorder(const ScreenContent& content, int seconds, int fps, const recorder::EncoderSettings& enc,
-                        const std::string& dir) {
+RecorderRun RunRecorder(const ScreenContent& content, int seconds, int fps,
+                        const recorder::EncoderSettings& enc, const std::string& dir) {
   RecorderRun r;
   std::mutex mu;
   std::vector<recorder::FinishedSegment> done;
-  recorder::RecorderSettings settings{.dir = dir, .encoder = enc, .segment_max = 60s, .queue_frames = 2};
+  recorder::RecorderSettings settings{
+      .dir = dir, .encoder = enc, .segment_max = 60s, .queue_frames = 2};
   double process0 = ProcessCpuMs(), main0 = ThreadCpuMs();
   auto start = std::chrono::steady_clock::now();
   auto unix_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
         .count();
   };
   {
-    recorder::ScreenRecorder rec(std::move(settings),
-                                 [&](const recorder::FinishedSegment& s) {
-                                   std::lock_guard lk(mu);
-                                   done.push_back(s);
-                                 },
-                                 0);
+    recorder::ScreenRecorder rec(
+        std::move(settings),
+        [&](const recorder::FinishedSegment& s) {
+          std::lock_guard lk(mu);
+          done.push_back(s);
+        },
+        0);
     const Scene kScenes[] = {Scene::kScroll, Scene::kDrag, Scene::kType};
     auto interval = std::chrono::microseconds(1'000'000 / fps);
     for (int i = 0; i < seconds * fps; ++i) {
       recorder::ScreenFrame f{content.width(), content.height(),
-                              std::vector<uint8_t>(size_t{content.width()} * content.height() * 4), unix_ms()};
+                              std::vector<uint8_t>(size_t{content.width()} * content.height() * 4),
+                              unix_ms()};
       content.Paint(kScenes[(i / (5 * fps)) % 3], i, f.bgrx.data());
       rec.Offer(std::move(f));
       std::this_thread::sleep_until(start + interval * (i + 1));
@@ -251,15 +266,21 @@ int Bench(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     bool more = i + 1 < argc;
-    if (a == "--seconds" && more) seconds = std::atoi(argv[++i]);
-    else if (a == "--recorder-seconds" && more) recorder_seconds = std::atoi(argv[++i]);
-    else if (a == "--fps" && more) fps = std::atoi(argv[++i]);
-    else if (a == "--preset" && more) preset = argv[++i];
-    else if (a == "--out" && more) out = argv[++i];
+    if (a == "--seconds" && more)
+      seconds = std::atoi(argv[++i]);
+    else if (a == "--recorder-seconds" && more)
+      recorder_seconds = std::atoi(argv[++i]);
+    else if (a == "--fps" && more)
+      fps = std::atoi(argv[++i]);
+    else if (a == "--preset" && more)
+      preset = argv[++i];
+    else if (a == "--out" && more)
+      out = argv[++i];
     else if (a == "--screens" && more) {
       std::istringstream in(argv[++i]);
       for (std::string p; std::getline(in, p, ',');) screens.push_back(p);
-    } else throw Failure(usage);
+    } else
+      throw Failure(usage);
   }
   if (seconds < 2 || recorder_seconds < 0 || fps < 1 || fps > 60) throw Failure(usage);
   av_log_set_level(AV_LOG_ERROR);  // not libx264's statistics at every segment's end
@@ -297,13 +318,14 @@ int Bench(int argc, char** argv) {
 
   // Figures.
   auto share = [&](double ms_per_frame) { return ms_per_frame * fps / 1000.0; };
-  std::printf("\nrecording encoder: %ux%u BGRX at %d fps, preset %s, CRF %d, keyframe every %lld ms, "
-              "%d s of video per scene, %s content\n",
-              content.width(), content.height(), fps, preset.c_str(), enc.crf,
-              static_cast<long long>(enc.keyframe_every.count()), seconds,
-              screens.empty() ? "drawn" : "screenshot");
-  std::printf("%-8s %10s %8s %8s %10s %12s %10s %12s %9s\n", "scene", "CPU/frame", "p50", "p90", "keyframe",
-              "core share", "convert", "bytes/frame", "kbit/s");
+  std::printf(
+      "\nrecording encoder: %ux%u BGRX at %d fps, preset %s, CRF %d, keyframe every %lld ms, "
+      "%d s of video per scene, %s content\n",
+      content.width(), content.height(), fps, preset.c_str(), enc.crf,
+      static_cast<long long>(enc.keyframe_every.count()), seconds,
+      screens.empty() ? "drawn" : "screenshot");
+  std::printf("%-8s %10s %8s %8s %10s %12s %10s %12s %9s %8s\n", "scene", "CPU/frame", "p50", "p90",
+              "keyframe", "core share", "convert", "bytes/frame", "kbit/s", "MiB/h");
   json j_scenes = json::object();
   double motion_ms = 0, motion_convert = 0;
   size_t motion_frames = 0;
@@ -314,18 +336,26 @@ int Bench(int argc, char** argv) {
     double conv = Mean(converts[k]);
     double bpf = static_cast<double>(r.stats.bytes) / static_cast<double>(r.Frames());
     double kbps = static_cast<double>(r.stats.bytes) * 8 / 1000 / r.video_s;
-    std::printf("%-8s %7.2f ms %5.2f ms %5.2f ms %7.2f ms %11.1f%% %7.2f ms %12.0f %9.0f\n", SceneName(r.scene),
-                r.MsPerFrame(), Pct(all, 0.5), Pct(all, 0.9), Mean(r.key_ms), 100 * share(r.MsPerFrame()), conv, bpf,
-                kbps);
-    j_scenes[SceneName(r.scene)] = {
-        {"frames", r.Frames()},          {"keyframes", r.key_ms.size()},
-        {"cpu_ms_per_frame", r.MsPerFrame()}, {"cpu_ms_p50", Pct(all, 0.5)},
-        {"cpu_ms_p90", Pct(all, 0.9)},   {"cpu_ms_max", Pct(all, 1.0)},
-        {"keyframe_cpu_ms", Mean(r.key_ms)}, {"core_share", share(r.MsPerFrame())},
-        {"convert_ms_per_frame", conv},  {"encode_over_convert", conv > 0 ? r.MsPerFrame() / conv : 0},
-        {"bytes", r.stats.bytes},        {"bytes_per_frame", bpf},
-        {"kbit_per_s", kbps},            {"video_s", r.video_s},
-        {"open_ms", r.open_ms},          {"finish_ms", r.finish_ms}};
+    std::printf("%-8s %7.2f ms %5.2f ms %5.2f ms %7.2f ms %11.1f%% %7.2f ms %12.0f %9.0f %8.0f\n",
+                SceneName(r.scene), r.MsPerFrame(), Pct(all, 0.5), Pct(all, 0.9), Mean(r.key_ms),
+                100 * share(r.MsPerFrame()), conv, bpf, kbps, MibPerHour(r.stats.bytes, r.video_s));
+    j_scenes[SceneName(r.scene)] = {{"frames", r.Frames()},
+                                    {"keyframes", r.key_ms.size()},
+                                    {"cpu_ms_per_frame", r.MsPerFrame()},
+                                    {"cpu_ms_p50", Pct(all, 0.5)},
+                                    {"cpu_ms_p90", Pct(all, 0.9)},
+                                    {"cpu_ms_max", Pct(all, 1.0)},
+                                    {"keyframe_cpu_ms", Mean(r.key_ms)},
+                                    {"core_share", share(r.MsPerFrame())},
+                                    {"convert_ms_per_frame", conv},
+                                    {"encode_over_convert", conv > 0 ? r.MsPerFrame() / conv : 0},
+                                    {"bytes", r.stats.bytes},
+                                    {"bytes_per_frame", bpf},
+                                    {"kbit_per_s", kbps},
+                                    {"mib_per_hour", MibPerHour(r.stats.bytes, r.video_s)},
+                                    {"video_s", r.video_s},
+                                    {"open_ms", r.open_ms},
+                                    {"finish_ms", r.finish_ms}};
     if (r.scene != Scene::kType) {
       motion_ms += r.CpuMs();
       motion_convert += std::accumulate(converts[k].begin(), converts[k].end(), 0.0);
@@ -336,19 +366,26 @@ int Bench(int argc, char** argv) {
   double convert_per_frame = motion_convert / static_cast<double>(motion_frames);
   double motion_share = share(motion_per_frame);
   bool motion_ok = motion_share <= kMotionTarget;
-  std::printf("full motion (scroll + drag): %.2f ms of CPU a frame = %.1f%% of a core at %d fps   (target: <= %.0f%%) %s\n",
-              motion_per_frame, 100 * motion_share, fps, 100 * kMotionTarget, motion_ok ? "ok" : "MISSED");
-  std::printf("  baseline, colour conversion alone: %.2f ms a frame; encoding / conversion = %.1fx\n",
-              convert_per_frame, motion_per_frame / convert_per_frame);
+  std::printf(
+      "full motion (scroll + drag): %.2f ms of CPU a frame = %.1f%% of a core at %d fps   (target: "
+      "<= %.0f%%) %s\n",
+      motion_per_frame, 100 * motion_share, fps, 100 * kMotionTarget, motion_ok ? "ok" : "MISSED");
+  std::printf(
+      "  baseline, colour conversion alone: %.2f ms a frame; encoding / conversion = %.1fx\n",
+      convert_per_frame, motion_per_frame / convert_per_frame);
   // A still screen: the keep-alive keyframes, and one segment opened and finished a minute.
   double still_ms = still.first_ms + still.keepalive_ms;
-  double still_share = (still_ms + (still.open_ms + still.finish_ms) * still.video_s / 60.0) / (still.video_s * 1000);
-  double still_key_ms = still.keyframes > 1 ? still.keepalive_ms / static_cast<double>(still.keyframes - 1) : 0;
-  std::printf("still screen, %.0f s: %llu keyframes, %.2f ms each; segment open %.1f ms + finish %.1f ms; "
-              "%.3f%% of a core, %.0f kbit/s; full motion / still = %.0fx\n",
-              still.video_s, static_cast<unsigned long long>(still.keyframes), still_key_ms, still.open_ms,
-              still.finish_ms, 100 * still_share, static_cast<double>(still.bytes) * 8 / 1000 / still.video_s,
-              still_share > 0 ? motion_share / still_share : 0);
+  double still_share = (still_ms + (still.open_ms + still.finish_ms) * still.video_s / 60.0) /
+                       (still.video_s * 1000);
+  double still_key_ms =
+      still.keyframes > 1 ? still.keepalive_ms / static_cast<double>(still.keyframes - 1) : 0;
+  std::printf(
+      "still screen, %.0f s: %llu keyframes, %.2f ms each; segment open %.1f ms + finish %.1f ms; "
+      "%.3f%% of a core, %.0f kbit/s = %.0f MiB/hour; full motion / still = %.0fx\n",
+      still.video_s, static_cast<unsigned long long>(still.keyframes), still_key_ms, still.open_ms,
+      still.finish_ms, 100 * still_share,
+      static_cast<double>(still.bytes) * 8 / 1000 / still.video_s,
+      MibPerHour(still.bytes, still.video_s), still_share > 0 ? motion_share / still_share : 0);
   json j = {{"bench", "recording_encode_bench"},
             {"date", Date()},
             {"width", content.width()},
@@ -376,21 +413,27 @@ int Bench(int argc, char** argv) {
               {"finish_ms", still.finish_ms},
               {"core_share", still_share},
               {"bytes", still.bytes},
+              {"mib_per_hour", MibPerHour(still.bytes, still.video_s)},
               {"motion_over_still", still_share > 0 ? motion_share / still_share : 0}}}};
   bool delivered_ok = true;
   if (recorder_seconds > 0) {
-    double delivered = static_cast<double>(rec.stats.encoded) / static_cast<double>(std::max<uint64_t>(1, rec.stats.offered));
+    double delivered = static_cast<double>(rec.stats.encoded) /
+                       static_cast<double>(std::max<uint64_t>(1, rec.stats.offered));
     delivered_ok = delivered >= kDeliveredTarget;
     double rec_share = rec.recorder_cpu_ms / (rec.wall_s * 1000);
-    std::printf("ScreenRecorder, frames offered at %d fps for %.1f s (the scenes in turn, 5 s each): %llu offered, "
-                "%llu encoded, %llu dropped = %.2f fps delivered (%.1f%%; target >= %.0f%%) %s\n",
-                fps, rec.wall_s, static_cast<unsigned long long>(rec.stats.offered),
-                static_cast<unsigned long long>(rec.stats.encoded), static_cast<unsigned long long>(rec.stats.dropped),
-                static_cast<double>(rec.stats.encoded) / rec.wall_s, 100 * delivered, 100 * kDeliveredTarget,
-                delivered_ok ? "ok" : "MISSED");
-    std::printf("  recorder thread %.1f%% of a core; %zu segment(s), %llu frames in them, %.0f kbit/s\n", 100 * rec_share,
-                rec.segments, static_cast<unsigned long long>(rec.segment_frames),
-                static_cast<double>(rec.bytes) * 8 / 1000 / rec.wall_s);
+    std::printf(
+        "ScreenRecorder, frames offered at %d fps for %.1f s (the scenes in turn, 5 s each): %llu "
+        "offered, "
+        "%llu encoded, %llu dropped = %.2f fps delivered (%.1f%%; target >= %.0f%%) %s\n",
+        fps, rec.wall_s, static_cast<unsigned long long>(rec.stats.offered),
+        static_cast<unsigned long long>(rec.stats.encoded),
+        static_cast<unsigned long long>(rec.stats.dropped),
+        static_cast<double>(rec.stats.encoded) / rec.wall_s, 100 * delivered,
+        100 * kDeliveredTarget, delivered_ok ? "ok" : "MISSED");
+    std::printf(
+        "  recorder thread %.1f%% of a core; %zu segment(s), %llu frames in them, %.0f kbit/s\n",
+        100 * rec_share, rec.segments, static_cast<unsigned long long>(rec.segment_frames),
+        static_cast<double>(rec.bytes) * 8 / 1000 / rec.wall_s);
     j["recorder"] = {{"seconds", rec.wall_s},
                      {"offered", rec.stats.offered},
                      {"encoded", rec.stats.encoded},

@@ -31,7 +31,9 @@ class Random {
     s_ = s_ * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<uint32_t>(s_ >> 33);
   }
-  int Between(int lo, int hi) { return lo + static_cast<int>(Next() % static_cast<uint32_t>(hi - lo + 1)); }
+  int Between(int lo, int hi) {
+    return lo + static_cast<int>(Next() % static_cast<uint32_t>(hi - lo + 1));
+  }
   bool OneIn(int n) { return Next() % static_cast<uint32_t>(n) == 0; }
 
  private:
@@ -41,7 +43,10 @@ class Random {
 // Where drawing goes: an Image or a frame being painted.
 struct Canvas {
   Canvas(uint32_t w, uint32_t h, uint8_t* p) : width(w), height(h), px(p) {}
-  Canvas(Image& im) : width(im.width), height(im.height), px(im.bgrx.data()) {}  // implicit: an Image is drawn on as a frame is
+  Canvas(Image& im)
+      : width(im.width),
+        height(im.height),
+        px(im.bgrx.data()) {}  // implicit: an Image is drawn on as a frame is
   uint8_t* Row(uint32_t y) const { return px + size_t{y} * width * 4; }
   uint32_t width, height;
   uint8_t* px;
@@ -59,7 +64,8 @@ Image Blank(uint32_t w, uint32_t h, Rgb c) {
 
 void Fill(Canvas im, int x, int y, int w, int h, Rgb c) {
   int x0 = std::max(0, x), y0 = std::max(0, y);
-  int x1 = std::min<int>(static_cast<int>(im.width), x + w), y1 = std::min<int>(static_cast<int>(im.height), y + h);
+  int x1 = std::min<int>(static_cast<int>(im.width), x + w),
+      y1 = std::min<int>(static_cast<int>(im.height), y + h);
   for (int yy = y0; yy < y1; ++yy) {
     uint8_t* p = im.Row(static_cast<uint32_t>(yy));
     for (int xx = x0; xx < x1; ++xx) {
@@ -97,8 +103,10 @@ double SegmentDistance(double px, double py, double ax, double ay, double bx, do
 
 Glyph MakeGlyph(char c, double scale) {
   constexpr int kCellW = 8, kCellH = 16;
-  Glyph g{static_cast<int>(std::ceil(kCellW * scale)), static_cast<int>(std::ceil(kCellH * scale)),
-          static_cast<int>(std::ceil(kCellW * scale)), {}};
+  Glyph g{static_cast<int>(std::ceil(kCellW * scale)),
+          static_cast<int>(std::ceil(kCellH * scale)),
+          static_cast<int>(std::ceil(kCellW * scale)),
+          {}};
   g.alpha.assign(size_t(g.w) * size_t(g.h), 0);
   if (c == ' ') return g;
   Random rnd(static_cast<uint64_t>(static_cast<unsigned char>(c)) * 7919);
@@ -115,8 +123,10 @@ Glyph MakeGlyph(char c, double scale) {
   std::vector<Stroke> strokes;
   bool ring = lower || upper ? round.find(c) != std::string_view::npos : false;
   if (!lower && !upper) {  // punctuation: a dot or a short bar
-    if (rnd.OneIn(2)) strokes.push_back({4, 11.5, 4, 12});
-    else strokes.push_back({4, 4, 4, 12});
+    if (rnd.OneIn(2))
+      strokes.push_back({4, 11.5, 4, 12});
+    else
+      strokes.push_back({4, 4, 4, 12});
   } else {
     int n = ring ? 1 : rnd.Between(2, 3);
     if (asc.find(c) != std::string_view::npos || desc.find(c) != std::string_view::npos) {
@@ -133,7 +143,8 @@ Glyph MakeGlyph(char c, double scale) {
   for (int y = 0; y < g.h; ++y)
     for (int x = 0; x < g.w; ++x) {
       double px = (x + 0.5) / scale, py = (y + 0.5) / scale, d = 1e9;
-      for (const auto& s : strokes) d = std::min(d, SegmentDistance(px, py, s.ax, s.ay, s.bx, s.by) * scale);
+      for (const auto& s : strokes)
+        d = std::min(d, SegmentDistance(px, py, s.ax, s.ay, s.bx, s.by) * scale);
       if (ring) {
         double cx = 4.0, cy = 9.0, r = 2.6, dx = px - cx, dy = py - cy;
         d = std::min(d, std::abs(std::sqrt(dx * dx + dy * dy) - r) * scale);
@@ -149,9 +160,7 @@ class Font {
   explicit Font(double scale) {
     for (int c = 32; c < 127; ++c) glyphs_[size_t(c - 32)] = MakeGlyph(static_cast<char>(c), scale);
   }
-  const Glyph& Of(char c) const {
-    return glyphs_[size_t((c >= 32 && c < 127 ? c : '?') - 32)];
-  }
+  const Glyph& Of(char c) const { return glyphs_[size_t((c >= 32 && c < 127 ? c : '?') - 32)]; }
   int Advance() const { return glyphs_[0].advance; }
   int Height() const { return glyphs_[0].h; }
   // Draws `text` with its top left at (x, y); returns the x after it.
@@ -184,7 +193,8 @@ class Font {
 // Words with English letter frequencies.
 std::string Word(Random& rnd) {
   static constexpr std::string_view kLetters =
-      "eeeeeeeeeeeetttttttttaaaaaaaaoooooooiiiiiiinnnnnnnsssssshhhhhhrrrrrrddddlllluuucccmmmwwffggyyppbbvkjxqz";
+      "eeeeeeeeeeeetttttttttaaaaaaaaoooooooiiiiiiinnnnnnnsssssshhhhhhrrrrrrddddlllluuucccmmmwwffggy"
+      "yppbbvkjxqz";
   std::string w;
   int n = rnd.Between(1, 4) + rnd.Between(1, 5);
   for (int i = 0; i < n; ++i) w += kLetters[rnd.Next() % kLetters.size()];
@@ -196,17 +206,21 @@ std::string Word(Random& rnd) {
 // A photo-like picture: smooth colour fields with fine noise, the hardest part of a page to code.
 void Picture(Canvas im, int x0, int y0, int w, int h, Random& rnd) {
   double f1 = 0.01 + rnd.Between(0, 20) / 1000.0, f2 = 0.02 + rnd.Between(0, 30) / 1000.0;
-  Rgb a{uint8_t(rnd.Between(40, 220)), uint8_t(rnd.Between(40, 220)), uint8_t(rnd.Between(40, 220))};
-  Rgb b{uint8_t(rnd.Between(20, 200)), uint8_t(rnd.Between(60, 240)), uint8_t(rnd.Between(20, 200))};
+  Rgb a{uint8_t(rnd.Between(40, 220)), uint8_t(rnd.Between(40, 220)),
+        uint8_t(rnd.Between(40, 220))};
+  Rgb b{uint8_t(rnd.Between(20, 200)), uint8_t(rnd.Between(60, 240)),
+        uint8_t(rnd.Between(20, 200))};
   for (int y = 0; y < h; ++y) {
     if (y0 + y < 0 || y0 + y >= static_cast<int>(im.height)) continue;
     uint8_t* row = im.Row(static_cast<uint32_t>(y0 + y));
     for (int x = 0; x < w; ++x) {
       if (x0 + x >= static_cast<int>(im.width)) break;
-      double t = 0.5 + 0.25 * std::sin(x * f1 + y * f2) + 0.25 * std::sin(x * f2 * 0.7 - y * f1 * 1.3);
+      double t =
+          0.5 + 0.25 * std::sin(x * f1 + y * f2) + 0.25 * std::sin(x * f2 * 0.7 - y * f1 * 1.3);
       int noise = static_cast<int>(rnd.Next() % 17) - 8;
       auto mix = [&](uint8_t p, uint8_t q) {
-        return static_cast<uint8_t>(std::clamp(static_cast<int>(p * (1 - t) + q * t) + noise, 0, 255));
+        return static_cast<uint8_t>(
+            std::clamp(static_cast<int>(p * (1 - t) + q * t) + noise, 0, 255));
       };
       uint8_t* p = row + (x0 + x) * 4;
       p[0] = mix(a.b, b.b);
@@ -237,7 +251,8 @@ Image DrawPage(uint32_t width, uint32_t height, const Font& body, const Font& he
     Frame(page, right_x, y + 10, right_w - 40, 180, kRule);
     for (int ly = y + 24; ly < y + 170; ly += lh) {
       std::string line;
-      while (static_cast<int>(line.size() + 8) * body.Advance() < right_w - 60) line += Word(rnd) + " ";
+      while (static_cast<int>(line.size() + 8) * body.Advance() < right_w - 60)
+        line += Word(rnd) + " ";
       body.Draw(page, right_x + 10, ly, line, kMuted);
     }
     y += 420;
@@ -258,8 +273,10 @@ Image DrawPage(uint32_t width, uint32_t height, const Font& body, const Font& he
       for (int l = 0; l < lines; ++l) {
         int x = main_x + 14 + 4 * body.Advance() * rnd.Between(0, 2);
         for (int t = rnd.Between(2, 6); t > 0; --t) {
-          static constexpr Rgb kTokens[] = {{207, 34, 46}, {5, 80, 174}, {17, 99, 41}, {31, 35, 40}};
-          x = body.Draw(page, x, y + 10 + l * lh, Word(rnd) + (rnd.OneIn(3) ? "(" : " "), kTokens[rnd.Between(0, 3)]);
+          static constexpr Rgb kTokens[] = {
+              {207, 34, 46}, {5, 80, 174}, {17, 99, 41}, {31, 35, 40}};
+          x = body.Draw(page, x, y + 10 + l * lh, Word(rnd) + (rnd.OneIn(3) ? "(" : " "),
+                        kTokens[rnd.Between(0, 3)]);
         }
       }
       y += lines * lh + 40;
@@ -272,7 +289,8 @@ Image DrawPage(uint32_t width, uint32_t height, const Font& body, const Font& he
       int rows = rnd.Between(3, 7), cols = 4, cw = main_w / cols;
       for (int r = 0; r <= rows; ++r) {
         if (r == 0) Fill(page, main_x, y, main_w, lh + 8, kPanel);
-        for (int col = 0; col < cols; ++col) body.Draw(page, main_x + col * cw + 8, y + 4 + r * (lh + 8), Word(rnd), kText);
+        for (int col = 0; col < cols; ++col)
+          body.Draw(page, main_x + col * cw + 8, y + 4 + r * (lh + 8), Word(rnd), kText);
         Fill(page, main_x, y + r * (lh + 8), main_w, 1, kRule);
       }
       Fill(page, main_x, y + (rows + 1) * (lh + 8), main_w, 1, kRule);
@@ -321,7 +339,8 @@ Image DrawTerminal(const Font& body) {
   for (int y = 36; y + lh < 376; y += lh) {
     int x = 8;
     if (rnd.OneIn(3)) x = body.Draw(win, x, y, "$ ", {106, 153, 85});
-    for (int t = rnd.Between(2, 7); t > 0 && x < 560; --t) x = body.Draw(win, x, y, Word(rnd) + " ", {212, 212, 212});
+    for (int t = rnd.Between(2, 7); t > 0 && x < 560; --t)
+      x = body.Draw(win, x, y, Word(rnd) + " ", {212, 212, 212});
   }
   Frame(win, 0, 0, 600, 380, {90, 90, 90});
   return win;
@@ -329,17 +348,19 @@ Image DrawTerminal(const Font& body) {
 
 // The X pointer: black outline, white fill.
 constexpr std::string_view kPointer[] = {
-    "X           ", "XX          ", "X.X         ", "X..X        ", "X...X       ", "X....X      ",
-    "X.....X     ", "X......X    ", "X.......X   ", "X........X  ", "X.........X ", "X......XXXXX",
-    "X...X..X    ", "X..XX..X    ", "X.X  X..X   ", "XX   X..X   ", "X     X..X  ", "      X..X  ",
-    "       XX   "};
+    "X           ", "XX          ", "X.X         ", "X..X        ", "X...X       ",
+    "X....X      ", "X.....X     ", "X......X    ", "X.......X   ", "X........X  ",
+    "X.........X ", "X......XXXXX", "X...X..X    ", "X..XX..X    ", "X.X  X..X   ",
+    "XX   X..X   ", "X     X..X  ", "      X..X  ", "       XX   "};
 
 void DrawPointer(uint8_t* out, uint32_t width, uint32_t height, int x, int y) {
   for (int r = 0; r < static_cast<int>(std::size(kPointer)); ++r)
     for (int c = 0; c < static_cast<int>(kPointer[r].size()); ++c) {
       char m = kPointer[r][size_t(c)];
       int xx = x + c, yy = y + r;
-      if (m == ' ' || xx < 0 || yy < 0 || xx >= static_cast<int>(width) || yy >= static_cast<int>(height)) continue;
+      if (m == ' ' || xx < 0 || yy < 0 || xx >= static_cast<int>(width) ||
+          yy >= static_cast<int>(height))
+        continue;
       uint8_t v = m == 'X' ? 0 : 255;
       std::memset(out + (size_t(yy) * width + size_t(xx)) * 4, v, 3);
     }
@@ -361,30 +382,31 @@ std::expected<Image, std::string> ReadPng(const std::string& path) {
   AVFormatContext* fmt = nullptr;
   if (int e = avformat_open_input(&fmt, path.c_str(), nullptr, nullptr); e < 0)
     return std::unexpected(fmt::format("{}: cannot open ({})", path, e));
-  std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> fmt_guard(fmt, [](AVFormatContext* f) {
-    avformat_close_input(&f);
-  });
+  std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> fmt_guard(
+      fmt, [](AVFormatContext* f) { avformat_close_input(&f); });
   if (avformat_find_stream_info(fmt, nullptr) < 0 || fmt->nb_streams < 1)
     return std::unexpected(path + ": no picture in it");
   const AVCodecParameters* par = fmt->streams[0]->codecpar;
   const AVCodec* dec = avcodec_find_decoder(par->codec_id);
   if (!dec) return std::unexpected(path + ": no decoder");
-  std::unique_ptr<AVCodecContext, void (*)(AVCodecContext*)> ctx(avcodec_alloc_context3(dec), [](AVCodecContext* c) {
-    avcodec_free_context(&c);
-  });
-  if (avcodec_parameters_to_context(ctx.get(), par) < 0 || avcodec_open2(ctx.get(), dec, nullptr) < 0)
+  std::unique_ptr<AVCodecContext, void (*)(AVCodecContext*)> ctx(
+      avcodec_alloc_context3(dec), [](AVCodecContext* c) { avcodec_free_context(&c); });
+  if (avcodec_parameters_to_context(ctx.get(), par) < 0 ||
+      avcodec_open2(ctx.get(), dec, nullptr) < 0)
     return std::unexpected(path + ": cannot decode");
   AVPacket* pkt = av_packet_alloc();
   AVFrame* frame = av_frame_alloc();
   std::expected<Image, std::string> out = std::unexpected(path + ": no frame decoded");
   while (av_read_frame(fmt, pkt) >= 0) {
-    bool got = avcodec_send_packet(ctx.get(), pkt) >= 0 && avcodec_receive_frame(ctx.get(), frame) >= 0;
+    bool got =
+        avcodec_send_packet(ctx.get(), pkt) >= 0 && avcodec_receive_frame(ctx.get(), frame) >= 0;
     av_packet_unref(pkt);
     if (!got) continue;
     Image im{static_cast<uint32_t>(frame->width), static_cast<uint32_t>(frame->height),
              std::vector<uint8_t>(size_t(frame->width) * size_t(frame->height) * 4)};
-    SwsContext* sws = sws_getContext(frame->width, frame->height, static_cast<AVPixelFormat>(frame->format),
-                                     frame->width, frame->height, AV_PIX_FMT_BGR0, SWS_POINT, nullptr, nullptr, nullptr);
+    SwsContext* sws = sws_getContext(
+        frame->width, frame->height, static_cast<AVPixelFormat>(frame->format), frame->width,
+        frame->height, AV_PIX_FMT_BGR0, SWS_POINT, nullptr, nullptr, nullptr);
     uint8_t* dst[1] = {im.bgrx.data()};
     int dst_stride[1] = {frame->width * 4};
     if (sws) {
@@ -403,9 +425,12 @@ std::expected<Image, std::string> ReadPng(const std::string& path) {
 
 const char* SceneName(Scene s) {
   switch (s) {
-    case Scene::kScroll: return "scroll";
-    case Scene::kDrag: return "drag";
-    case Scene::kType: return "type";
+    case Scene::kScroll:
+      return "scroll";
+    case Scene::kDrag:
+      return "drag";
+    case Scene::kType:
+      return "type";
   }
   return "?";
 }
@@ -425,7 +450,8 @@ ScreenContent ScreenContent::Drawn(uint32_t width, uint32_t height) {
   return s;
 }
 
-std::expected<ScreenContent, std::string> ScreenContent::FromScreens(const std::vector<std::string>& pngs) {
+std::expected<ScreenContent, std::string> ScreenContent::FromScreens(
+    const std::vector<std::string>& pngs) {
   if (pngs.empty()) return std::unexpected("no screenshot given");
   std::vector<Image> shots;
   for (const auto& p : pngs) {
@@ -451,7 +477,8 @@ std::expected<ScreenContent, std::string> ScreenContent::FromScreens(const std::
   const Image& src = shots.back();
   s.window_ = Blank(600, 380, {60, 60, 60});
   for (uint32_t y = 28; y < 379; ++y)
-    std::memcpy(s.window_.Row(y) + 4, src.Row(src.height / 2 - 190 + y) + size_t(src.width / 2 - 299) * 4, 598 * 4);
+    std::memcpy(s.window_.Row(y) + 4,
+                src.Row(src.height / 2 - 190 + y) + size_t(src.width / 2 - 299) * 4, 598 * 4);
   BodyFont().Draw(s.window_, 12, 6, "a second window", {220, 220, 220});
   s.still_offset_ = 0;
   s.field_x_ = static_cast<int>(s.width_) / 6;
@@ -474,17 +501,20 @@ void ScreenContent::Paint(Scene scene, int i, uint8_t* out) const {
   switch (scene) {
     case Scene::kScroll: {
       PaintPage(Bounce(i, 40, range), out);
-      DrawPointer(out, width_, height_, static_cast<int>(width_) / 2, static_cast<int>(height_) / 2);
+      DrawPointer(out, width_, height_, static_cast<int>(width_) / 2,
+                  static_cast<int>(height_) / 2);
       return;
     }
     case Scene::kDrag: {
       PaintPage(std::min(still_offset_, range), out);
       int top = static_cast<int>(std::min(top_.height, height_));
       int x = Bounce(i, 13, static_cast<int>(width_) - static_cast<int>(window_.width));
-      int y = top + Bounce(i, 7, static_cast<int>(height_) - top - static_cast<int>(window_.height));
-      for (uint32_t r = 0; r < window_.height && y + static_cast<int>(r) < static_cast<int>(height_); ++r)
-        std::memcpy(out + (size_t(y + static_cast<int>(r)) * width_ + size_t(x)) * 4, window_.Row(r),
-                    size_t{window_.width} * 4);
+      int y =
+          top + Bounce(i, 7, static_cast<int>(height_) - top - static_cast<int>(window_.height));
+      for (uint32_t r = 0;
+           r < window_.height && y + static_cast<int>(r) < static_cast<int>(height_); ++r)
+        std::memcpy(out + (size_t(y + static_cast<int>(r)) * width_ + size_t(x)) * 4,
+                    window_.Row(r), size_t{window_.width} * 4);
       DrawPointer(out, width_, height_, x + static_cast<int>(window_.width) / 2, y + 10);
       return;
     }

@@ -38,7 +38,8 @@ class ScreenContent {
  public:
   static ScreenContent Drawn(uint32_t width, uint32_t height);
   // PNG files of one size (an even width and height).
-  static std::expected<ScreenContent, std::string> FromScreens(const std::vector<std::string>& pngs);
+  static std::expected<ScreenContent, std::string> FromScreens(
+      const std::vector<std::string>& pngs);
 
   uint32_t width() const { return width_; }
   uint32_t height() const { return height_; }
@@ -53,7 +54,7 @@ class ScreenContent {
   Image top_;     // what does not scroll (the browser's tab strip and toolbar); may be empty
   Image page_;    // what scrolls below it, taller than the screen
   Image window_;  // dragged over the page
-  int still_offset_ = 0;     // where the page stands in the drag and type scenes
+  int still_offset_ = 0;  // where the page stands in the drag and type scenes
   int field_x_ = 0, field_y_ = 0, field_w_ = 0;  // the text field typed into
 };
 
