@@ -152,8 +152,13 @@ class CgroupsV2 final : public Cgroups {
 
 std::unique_ptr<Cgroups> DetectCgroups(const std::string& root, const std::string& name) {
   struct statfs fs;
-  if (::statfs(root.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC)
-    return std::make_unique<CgroupsV2>(root, name);
+  bool v2 = ::statfs(root.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
+  return MakeCgroups(v2 ? "v2" : "v1", root, name);
+}
+
+std::unique_ptr<Cgroups> MakeCgroups(const std::string& version, const std::string& root,
+                                     const std::string& name) {
+  if (version == "v2") return std::make_unique<CgroupsV2>(root, name);
   return std::make_unique<CgroupsV1>(root, name);
 }
 

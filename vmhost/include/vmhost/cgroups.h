@@ -33,7 +33,11 @@ class Cgroups {
   virtual std::expected<void, std::string> RemoveSubtree() = 0;
 };
 
-// root: the mount point ("/sys/fs/cgroup"); name: our subtree ("deskbox").
+// root: the mount point ("/sys/fs/cgroup"); name: our subtree ("deskbox"). v2 when root is a
+// cgroup2 mount, else v1.
 std::unique_ptr<Cgroups> DetectCgroups(const std::string& root, const std::string& name);
+// One backend, whatever root is ("v1" or "v2"; anything else is v1): for tests on a made-up tree.
+std::unique_ptr<Cgroups> MakeCgroups(const std::string& version, const std::string& root,
+                                     const std::string& name);
 
 }  // namespace deskbox::vmhost
