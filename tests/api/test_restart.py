@@ -2,10 +2,14 @@
 sandboxes whose QEMU still runs are re-adopted and keep working (same QEMU, guest state,
 tokens and keys), the one whose QEMU died meanwhile is reported failed and its slot is cleaned,
 and nothing is left once the deployment stops. Then both deskboxd and the jailer killed, and
-deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer."""
+deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer. Last a
+simulated reboot: every process gone, with what the kernel held (network namespaces, cgroups),
+while the run directory, the slot directories on disk and the sandbox records stay: the new
+jailer and deskboxd start, report the sandboxes failed, reclaim every slot directory and serve."""
 
 import os
 import signal
+import subprocess
 import time
 import unittest
 
@@ -162,6 +166,80 @@ class RestartTest(ApiTestCase):
         self.assertEqual(self.sh(sid, "cat /root/marker"), "both-killed\n")
         self.assertEqual(set(dbx.qemu_processes()) & pids, pids, "the same QEMUs, not new ones")
         self.delete_sandbox(sid)
+
+    def test_start_after_a_simulated_reboot(self):
+        dbx = self.dbx
+        e = self.create_sandbox(metadata={"name": "E"})["id"]
+        f = self.create_sandbox(metadata={"name": "F"})["id"]
+        self.expect(dbx.post(f"/v1/sandboxes/{f}/pause"), 200, "pause F")
+        self.sh(e, "echo before-reboot > /root/marker && sync")
+        alive = {s["id"] for s in self.expect(dbx.get("/v1/sandboxes"), 200)["sandboxes"]
+                 if s["state"] in ("running", "paused")}
+        self.assertIn(e, alive)
+        slots_before = dbx.slot_dirs()
+        self.assertTrue(slots_before, "slot directories before the reboot")
+
+        # The reboot: every process of the deployment ends at once, with no chance to clean up...
+        dbx.kill9_daemon()
+        dbx.kill9_jailer()
+        marks = [str(dbx.jailer_state).encode(), str(dbx.run_dir).encode(), dbx.netns_prefix.encode()]
+        victims = [p for p in dbx._pids() if p != os.getpid() and any(m in (dbx._cmdline(p) or b"") for m in marks)]
+        self.assertTrue(set(dbx.qemu_processes()) <= set(victims))
+        for p in victims:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in victims):
+            time.sleep(0.05)
+        self.assertEqual(dbx.qemu_processes(), {}, "no QEMU after the reboot")
+        # ...and what lives only in the kernel is gone: network namespaces and cgroups.
+        for ns in dbx.netns_names():
+            subprocess.run(["ip", "netns", "del", ns], check=True, capture_output=True)
+        for top in dbx.cgroup_dirs():
+            for dirpath, _, _ in os.walk(top, topdown=False):
+                for _ in range(200):  # a killed process may still be leaving its cgroup
+                    try:
+                        os.rmdir(dirpath)
+                        break
+                    except OSError:
+                        time.sleep(0.05)
+        self.assertEqual(dbx.netns_names(), [])
+        self.assertEqual(dbx.cgroup_dirs(), [])
+        # What stays: the run directory with the dead jailer's socket file, the slot
+        # directories and the records that say running and paused.
+        self.assertTrue(dbx.socket.exists(), "the stale socket file")
+        self.assertEqual(dbx.slot_dirs(), slots_before, "the slot directories stay on disk")
+
+        dbx.start_jailer()
+        dbx.start_daemon()
+        for sid in alive:
+            sb = self.get_sandbox(sid)
+            self.assertEqual(sb["state"], "failed", f"{sid}, whose VM the reboot ended: {sb}")
+            self.assertTrue((sb["failure"] or "").strip(), f"the failure names why: {sb}")
+        self.expect_error(dbx.post(f"/v1/sandboxes/{e}/exec", json={"argv": ["true"]}), 409, "invalid_state")
+        lost = [ev for ev in self.all_events(e) if ev["kind"] == "lifecycle" and ev["lifecycle"]["to_state"] == "failed"]
+        self.assertEqual(len(lost), 1, f"one lifecycle failed event for E: {lost}")
+        # Every slot directory the reboot left is reclaimed (none holds a VM); the pools refill.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and dbx.slot_dirs() & slots_before:
+            time.sleep(0.5)
+        self.assertEqual(dbx.slot_dirs() & slots_before, set(),
+                         f"slot directories from before the reboot are left: {sorted(dbx.slot_dirs())}")
+
+        # The service works: a new sandbox, in a reclaimed slot or another.
+        g = self.create_sandbox(metadata={"name": "G"})["id"]
+        self.assertEqual(self.sh(g, "cat /root/marker 2>/dev/null || echo fresh"), "fresh\n",
+                         "a new sandbox starts from the template, not from a lost guest's disk")
+        self.assertEqual(len(dbx.qemu_processes()), 1, "one QEMU: G's (no pools)")
+        for sid in (*alive, g):
+            self.delete_sandbox(sid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (dbx.qemu_processes() or dbx.slot_dirs()):
+            time.sleep(0.2)
+        self.assertEqual(dbx.qemu_processes(), {}, "no QEMU once everything is deleted")
+        self.assertEqual(dbx.slot_dirs(), set(), "no slot directory once everything is deleted")
 
 
 if __name__ == "__main__":

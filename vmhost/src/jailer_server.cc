@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -414,13 +415,23 @@ JailerServer::Reply JailerServer::DestroySlot(const jailer::v1::DestroySlot& r) 
 JailerServer::Reply JailerServer::ListSlots() {
   Reply reply = Ok();
   auto* list = reply.response.mutable_slots();
+  // A slot is its network namespace or its directory: after a reboot the namespaces are gone
+  // but the directories (in the state directory, on disk) are not, and must still be reclaimed.
+  std::set<uint32_t> found;
+  auto add = [&](const std::string& num) {
+    if (num.empty() || num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos)
+      return;
+    if (uint32_t slot = static_cast<uint32_t>(std::stoul(num)); slot < config_.max_slots)
+      found.insert(slot);
+  };
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     std::string name = entry.path().filename().string();
-    if (!name.starts_with(config_.netns_prefix)) continue;
-    std::string num = name.substr(config_.netns_prefix.size());
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
-    uint32_t slot = static_cast<uint32_t>(std::stoul(num));
+    if (name.starts_with(config_.netns_prefix)) add(name.substr(config_.netns_prefix.size()));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(config_.state_dir + "/slots", ec))
+    add(entry.path().filename().string());
+  for (uint32_t slot : found) {
     auto* info = list->add_slots();
     info->set_slot(slot);
     pid_t pid = 0;
