@@ -325,8 +325,11 @@ std::expected<JailerServer::QemuHandles, JailerServer::Reply> JailerServer::Awai
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       slots_[slot].qemu_pid = 0;
       (void)cgroups_->Remove(CgroupName(slot));
-      return Refuse(EIO,
-                    fmt::format("QEMU in slot {} exited at start: {}", slot, TailOf(log_path, 600)));
+      std::string how = WIFSIGNALED(status)
+                            ? fmt::format("killed by signal {}", WTERMSIG(status))
+                            : fmt::format("exit status {}", WEXITSTATUS(status));
+      return Refuse(EIO, fmt::format("QEMU in slot {} exited at start ({}); its log: {}", slot, how,
+                                     TailOf(log_path, 600)));
     }
     if (!h.qmp) h.qmp = ConnectUnix(plan.spec.qmp_socket);
     if (h.qmp && !h.agent) h.agent = ConnectUnix(plan.spec.agent_socket);
