@@ -2,7 +2,8 @@
 sandboxes whose QEMU still runs are re-adopted and keep working (same QEMU, guest state,
 tokens and keys), the one whose QEMU died meanwhile is reported failed and its slot is cleaned,
 and nothing is left once the deployment stops. Then both deskboxd and the jailer killed, and
-deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer. Last a
+deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer. The
+jailer alone killed: deskboxd fails what needs it, and takes up a new one. Last a
 simulated reboot: every process gone, with what the kernel held (network namespaces, cgroups),
 while the run directory, the slot directories on disk and the sandbox records stay: the new
 jailer and deskboxd start, report the sandboxes failed, reclaim every slot directory and serve."""
@@ -32,6 +33,56 @@ class RestartTest(ApiTestCase):
         self.assertEqual(len(new), 1, f"creating {what} should start exactly one QEMU (warm and prestart "
                                       f"pools are 0): before {before}, after {after}")
         return after, next(iter(new.items()))
+
+    def test_jailer_killed_while_deskboxd_runs(self):
+        dbx = self.dbx
+        before = set(dbx.qemu_processes())
+        h = self.create_sandbox(metadata={"name": "H"})["id"]
+        pid_h = (set(dbx.qemu_processes()) - before).pop()
+        j = self.create_sandbox(metadata={"name": "J"})["id"]
+        pid_j, slot_j = next((p, s) for p, s in dbx.qemu_processes().items() if p not in before | {pid_h})
+        for sid in (h, j):  # the create's own work in the guest is done
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and self.get_sandbox(sid)["browser_ready"] is not True:
+                time.sleep(0.5)
+        self.sh(h, "echo jailer-gone > /root/marker")
+        listening = dbx.jailer_log.read_text().count("listening on")
+        dbx.kill9_jailer()
+        self.assertEqual(set(dbx.qemu_processes()), before | {pid_h, pid_j}, "QEMUs outlive the jailer")
+        # What needs no privileged help goes on: commands in the guest, the screen.
+        self.assertEqual(self.sh(h, "cat /root/marker"), "jailer-gone\n")
+        self.expect(dbx.get(f"/v1/sandboxes/{h}/screenshot", timeout=120), 200, "a screenshot without the jailer")
+        # What needs it fails at once and says why.
+        r = dbx.post("/v1/sandboxes", json={"metadata": {"name": "no jailer"}}, timeout=120)
+        self.expect_error(r, 500, "internal", mentions=("jailer is not running",))
+        # A sandbox that fails meanwhile cannot have its slot destroyed: the slot is set aside.
+        os.kill(pid_j, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.get_sandbox(j)["state"] != "failed":
+            time.sleep(0.2)
+        self.assertEqual(self.get_sandbox(j)["state"], "failed")
+        self.assertIn(slot_j, dbx.slot_dirs(), "J's slot waits for a jailer")
+
+        dbx.start_jailer()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and dbx.jailer_log.read_text().count("listening on") == listening:
+            time.sleep(0.1)
+        self.assertIn(f"QEMU pid {pid_h} runs on from before this jailer", dbx.jailer_log.read_text(),
+                      "the new jailer takes the running QEMU as its own")
+        # deskboxd connects to the new jailer at its next call: creates work again, and the slot
+        # set aside is destroyed first.
+        i = self.create_sandbox(metadata={"name": "I"})["id"]
+        self.assertEqual(self.sh(i, "echo alive"), "alive\n")
+        self.assertIn("connected again to the jailer", dbx.daemon_log.read_text())
+        self.assertIn(f"slot {slot_j}: destroyed after all", dbx.daemon_log.read_text())
+        # The slot the old jailer made is destroyed by the new one: QEMU and directory gone.
+        for sid in (h, i, j):
+            self.delete_sandbox(sid)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (set(dbx.qemu_processes()) - before or dbx.slot_dirs()):
+            time.sleep(0.2)
+        self.assertEqual(set(dbx.qemu_processes()) - before, set(), "no QEMU once all are deleted")
+        self.assertEqual(dbx.slot_dirs(), set(), "no slot directory once all are deleted")
 
     def test_restart_readopts_running_and_fails_dead(self):
         dbx = self.dbx

@@ -11,14 +11,16 @@
 #include <fmt/format.h>
 
 #include "common/files.h"
+#include "common/log.h"
 #include "vmhost/fd_passing.h"
 
 namespace deskbox::vmhost {
 
 namespace asio = boost::asio;
 
-std::expected<std::unique_ptr<JailerClient>, std::string> JailerClient::Connect(
-    asio::any_io_executor executor, const std::string& socket_path) {
+namespace {
+
+std::expected<UniqueFd, std::string> ConnectTo(const std::string& socket_path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
@@ -27,13 +29,36 @@ std::expected<std::unique_ptr<JailerClient>, std::string> JailerClient::Connect(
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
     return std::unexpected(
         fmt::format("connecting to the jailer at {}: {}", socket_path, ErrnoString(errno)));
-  auto client = std::unique_ptr<JailerClient>(new JailerClient(executor, std::move(fd)));
+  return fd;
+}
+
+}  // namespace
+
+std::expected<std::unique_ptr<JailerClient>, std::string> JailerClient::Connect(
+    asio::any_io_executor executor, const std::string& socket_path) {
+  auto fd = ConnectTo(socket_path);
+  if (!fd) return std::unexpected(fd.error());
+  auto client =
+      std::unique_ptr<JailerClient>(new JailerClient(executor, std::move(*fd), socket_path));
   asio::co_spawn(executor, client->ReadLoop(client->alive_), asio::detached);
   return client;
 }
 
-JailerClient::JailerClient(asio::any_io_executor executor, UniqueFd fd)
-    : socket_(executor, fd.release()) {}
+JailerClient::JailerClient(asio::any_io_executor executor, UniqueFd fd, std::string socket_path)
+    : socket_(executor, fd.release()), socket_path_(std::move(socket_path)) {}
+
+std::expected<void, std::string> JailerClient::Reconnect() {
+  auto fd = ConnectTo(socket_path_);
+  if (!fd) return std::unexpected(fd.error());
+  boost::system::error_code ec;
+  socket_.close(ec);
+  socket_.assign(fd->release(), ec);
+  if (ec) return std::unexpected("jailer connection: " + ec.message());
+  broken_ = false;
+  asio::co_spawn(socket_.get_executor(), ReadLoop(alive_), asio::detached);
+  log::Info("vmhost", "connected again to the jailer at {}", socket_path_);
+  return {};
+}
 
 JailerClient::~JailerClient() {
   *alive_ = false;
@@ -87,7 +112,12 @@ asio::awaitable<void> JailerClient::ReadLoop(std::shared_ptr<bool> alive) {
 
 asio::awaitable<std::expected<JailerResult, std::string>> JailerClient::Call(
     jailer::v1::Request request) {
-  if (broken_) co_return std::unexpected(std::string("jailer connection is closed"));
+  // The jailer ended (its QEMUs run on): a jailer started again takes over at the next call.
+  if (broken_) {
+    if (auto r = Reconnect(); !r)
+      co_return std::unexpected(fmt::format("{} (its connection closed; {})", kJailerNotRunning,
+                                            r.error()));
+  }
   auto alive = alive_;
   request.set_id(next_id_++);
   Pending pending;

@@ -495,6 +495,14 @@ int JailerServer::Run() {
       config_.tcg_trim_plugin.clear();
     }
   }
+  // QEMUs that a jailer before this one started run on (they outlive it): this one takes them
+  // as its own, so that trimming and destroying them work as for those it starts.
+  Reply found = ListSlots();  // named: a range over a temporary's member would dangle
+  for (const auto& s : found.response.slots().slots()) {
+    if (s.qemu_pid() <= 0) continue;
+    slots_[s.slot()] = Slot{static_cast<pid_t>(s.qemu_pid()), ""};
+    log::Info(kLog, "slot {}: QEMU pid {} runs on from before this jailer", s.slot(), s.qemu_pid());
+  }
   ::unlink(config_.socket_path.c_str());
   UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "common/log.h"
 
 namespace deskbox::vmhost {
@@ -31,14 +33,17 @@ asio::awaitable<std::expected<void, VmError>> SlotPool::CreateSlot(uint32_t slot
   req.mutable_create_slot()->set_slot(slot);
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) {
-    // Whatever CreateSlot left half made goes with DestroySlot.
-    co_await Release(slot);
+    // Whatever CreateSlot left half made goes with DestroySlot; a call that reached no jailer
+    // made nothing.
+    if (r.error().message.starts_with(kJailerNotRunning)) free_.insert(slot);
+    else co_await Release(slot);
     co_return std::unexpected(r.error());
   }
   co_return std::expected<void, VmError>{};
 }
 
 asio::awaitable<std::expected<uint32_t, VmError>> SlotPool::Take() {
+  co_await ReleaseSetAside();
   if (!ready_.empty()) {
     uint32_t slot = ready_.front();
     ready_.pop_front();
@@ -54,6 +59,7 @@ asio::awaitable<std::expected<uint32_t, VmError>> SlotPool::Take() {
 }
 
 asio::awaitable<std::expected<std::optional<uint32_t>, VmError>> SlotPool::Prepare() {
+  co_await ReleaseSetAside();
   if (free_.empty()) co_return std::optional<uint32_t>{};
   uint32_t slot = *free_.begin();
   free_.erase(free_.begin());
@@ -68,11 +74,24 @@ asio::awaitable<void> SlotPool::Release(uint32_t slot) {
   jailer::v1::Request req;
   req.mutable_destroy_slot()->set_slot(slot);
   auto r = co_await CallJailer(jailer_, std::move(req));
-  if (!r) log::Warn(kLog, "releasing slot {}: {}", slot, r.error().message);
+  if (!r) {
+    // Its QEMU may still run: reusing the slot now would put a second VM beside it.
+    if (set_aside_.insert(slot).second)
+      log::Warn(kLog, "releasing slot {}: {}; set aside until the jailer destroys it", slot,
+                r.error().message);
+    co_return;
+  }
+  if (set_aside_.erase(slot)) log::Info(kLog, "slot {}: destroyed after all", slot);
   free_.insert(slot);
 }
 
+asio::awaitable<void> SlotPool::ReleaseSetAside() {
+  std::vector<uint32_t> slots(set_aside_.begin(), set_aside_.end());
+  for (uint32_t slot : slots) co_await Release(slot);
+}
+
 asio::awaitable<void> SlotPool::ReleaseReady() {
+  co_await ReleaseSetAside();
   while (!ready_.empty()) {
     uint32_t slot = ready_.front();
     ready_.pop_front();

@@ -17,6 +17,9 @@
 
 namespace deskbox::vmhost {
 
+// How a call that never reached a jailer (none is running) begins its error.
+inline constexpr char kJailerNotRunning[] = "the jailer is not running";
+
 struct JailerResult {
   jailer::v1::Response response;
   std::vector<UniqueFd> fds;
@@ -40,13 +43,16 @@ class JailerClient final : public Jailer {
       jailer::v1::Request request) override;
 
  private:
-  JailerClient(boost::asio::any_io_executor executor, UniqueFd fd);
+  JailerClient(boost::asio::any_io_executor executor, UniqueFd fd, std::string socket_path);
   boost::asio::awaitable<void> ReadLoop(std::shared_ptr<bool> alive);
+  // After the connection broke (the jailer ended): connects again, for a jailer started anew.
+  std::expected<void, std::string> Reconnect();
   struct Pending {
     std::optional<std::expected<JailerResult, std::string>> result;
     boost::asio::steady_timer* timer;
   };
   boost::asio::posix::stream_descriptor socket_;
+  std::string socket_path_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Pending*> pending_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
