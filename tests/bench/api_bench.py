@@ -5,12 +5,13 @@ around SandboxManager::Create() — the restore benchmark's warm-path figure), i
 The difference is what the API adds: HTTP, JSON, SQLite write, event.
 
 Target: the API adds at most 10 ms at the median, a difference against the manager's own time
-for the same creates (the baseline), so it is checked in CI too. Every create must take the
-warm path.
+for the same creates (the baseline). A few milliseconds are at the mercy of whatever else the
+host runs, so CI checks a bound of 30 ms (a regression, not noise) and --long-run the 10 ms.
+Every create must take the warm path.
 
   api_bench.py [--runs N] [--out FILE] [--long-run]
       (default 10 runs; needs root, a built tree and a template; --out: figures and targets as
-      JSON; --long-run: no absolute target here, accepted for a uniform command line)
+      JSON; --long-run: the 10 ms target)
 """
 
 import argparse
@@ -58,7 +59,8 @@ def main():
         res.figure("manager_p95_ms", pct(server, 0.95))
         res.figure("api_adds_p50_ms", c50 - s50)
         res.figure("client_over_manager", c50 / s50)
-        res.target("api_adds_p50_ms", c50 - s50, "<=", 10, kind="difference", unit=" ms")
+        res.target("api_adds_p50_ms", c50 - s50, "<=", 10, kind="absolute", unit=" ms")
+        res.target("api_adds_p50_ms_ci", c50 - s50, "<=", 30, kind="difference", unit=" ms")
     raise SystemExit(res.finish(args.out))
 
 
