@@ -25,10 +25,11 @@ std::expected<json, std::string> ParseJson(std::string_view text, int max_depth)
       --depth;
     }
   }
-  // nlohmann reports malformed input by exception only; it stays inside this function.
+  // nlohmann reports malformed input by exception only; it stays inside this function. Not only
+  // parse_error: a number too large for a double ("1e400") is an out_of_range.
   try {
     return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     std::string what = e.what();
     if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
     return std::unexpected("body is not valid JSON: " + what);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
+#include <memory>
 #include <string_view>
 
 #include <google/protobuf/stubs/logging.h>
@@ -125,9 +126,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     request = Structured(data, size);
   }
   testing::SandboxRequest(*request, world->dir.path());
-  testing::ReplyRecorder rec;
-  world->service.Handle(*request, rec.reply());
-  const std::string problem = testing::CheckResponses(*request, rec.responses());
+  // The service keeps the reply of an unfinished write and answers through it when the write
+  // expires, inputs later (FileWriter::ExpireIdle). Like the agent's connection (port.cc), the
+  // recorder lives as long as a reply that points to it.
+  auto rec = std::make_shared<testing::ReplyRecorder>();
+  world->service.Handle(*request,
+                        [rec, reply = rec->reply()](pb::Response r) { return reply(std::move(r)); });
+  const std::string problem = testing::CheckResponses(*request, rec->responses());
   if (!problem.empty()) {
     std::fprintf(stderr, "contract broken: %s\n", problem.c_str());
     std::abort();

@@ -1,12 +1,16 @@
 // Stand-alone driver for libFuzzer-style targets when libFuzzer is not available (g++).
-// Runs every file given on the command line, then a bounded number of mutated inputs built
-// from a deterministic seed: random bytes, bit flips, truncations and length-field extremes.
-// Exit status 0 means no crash; a crash aborts the process and fails the test.
+// Runs every file given on the command line (a directory: every file in it, such as the target's
+// corpus and regressions in tests/fuzz/), then a bounded number of mutated inputs built from a
+// deterministic seed: random bytes, bit flips, truncations and length-field extremes, a quarter
+// of them starting from those files. Exit status 0 means no crash; a crash aborts the process and
+// fails the test.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -51,6 +55,11 @@ void Mutate(std::vector<uint8_t>& buf, std::mt19937_64& rng) {
   if (buf.size() > (1u << 20)) buf.resize(1u << 20);
 }
 
+std::vector<uint8_t> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,12 +70,21 @@ int main(int argc, char** argv) {
       iterations = std::atol(argv[i] + 13);
     } else if (std::strncmp(argv[i], "--max-seconds=", 14) == 0) {
       max_seconds = std::atol(argv[i] + 14);
+    } else if (std::filesystem::is_directory(argv[i])) {
+      std::vector<std::filesystem::path> files;  // sorted: the same run on every machine
+      for (const auto& e : std::filesystem::directory_iterator(argv[i]))
+        if (e.is_regular_file()) files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) corpus.push_back(ReadFile(f));
+    } else if (std::filesystem::exists(argv[i])) {
+      corpus.push_back(ReadFile(argv[i]));
     } else {
-      std::ifstream in(argv[i], std::ios::binary);
-      corpus.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      std::fprintf(stderr, "fuzz: no such file or directory: %s\n", argv[i]);
+      return 2;
     }
   }
   for (auto& c : corpus) LLVMFuzzerTestOneInput(c.data(), c.size());
+  std::printf("fuzz: %zu kept inputs replayed\n", corpus.size());
   std::mt19937_64 rng(0xdeb0c5);
   std::vector<uint8_t> buf;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(max_seconds);
