@@ -384,6 +384,23 @@ class Deskbox:
 
     def _safety_net(self, report):
         """Whatever the jailer's sweep left: processes, netns, cgroups, directories."""
+        killed = self.kill_processes()
+        if killed:
+            report.problems.append(f"processes left after the jailer's sweep, killed: {killed}")
+        left_ns = self.remove_netns()
+        if left_ns:
+            report.problems.append(f"netns left after the jailer's sweep, deleted: {left_ns}")
+        left_cg = self.remove_cgroups()
+        if left_cg:
+            report.problems.append(f"cgroups left after the jailer's sweep, removed: {left_cg}")
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ---- ending what the deployment holds, as its own sweep or a reboot would --------------
+
+    def kill_processes(self):
+        """SIGKILL to every process of this deployment (jailer, deskboxd, QEMUs, by the paths and
+        names on their command lines); waits up to 10 s for them to go. Returns their pids."""
         marks = [str(self.jailer_state).encode(), str(self.run_dir).encode(), self.netns_prefix.encode()]
         killed = []
         for pid in self._pids():
@@ -396,18 +413,22 @@ class Deskbox:
                     killed.append(pid)
                 except ProcessLookupError:
                     pass
-        if killed:
-            report.problems.append(f"processes left after the jailer's sweep, killed: {killed}")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in killed):
-                time.sleep(0.05)
-        left_ns = self.netns_names()
-        for ns in left_ns:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in killed):
+            time.sleep(0.05)
+        return killed
+
+    def remove_netns(self):
+        """Deletes this deployment's network namespaces; returns their names."""
+        left = self.netns_names()
+        for ns in left:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        if left_ns:
-            report.problems.append(f"netns left after the jailer's sweep, deleted: {left_ns}")
-        left_cg = self.cgroup_dirs()
-        for top in left_cg:
+        return left
+
+    def remove_cgroups(self):
+        """Removes this deployment's cgroup subtrees, killing what is still in them; returns them."""
+        left = self.cgroup_dirs()
+        for top in left:
             for dirpath, dirnames, _ in os.walk(top, topdown=False):
                 procs = Path(dirpath) / "cgroup.procs"
                 try:
@@ -426,10 +447,7 @@ class Deskbox:
                         break
                     except OSError:
                         time.sleep(0.02)
-        if left_cg:
-            report.problems.append(f"cgroups left after the jailer's sweep, removed: {left_cg}")
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        return left
 
     # ---- what the deployment holds, for leak checks ------------------------------------------
 
