@@ -1,7 +1,10 @@
 """deskboxd killed with SIGKILL and started again on the same state directory and jailer: the
 sandboxes whose QEMU still runs are re-adopted and keep working (same QEMU, guest state,
 tokens and keys), the one whose QEMU died meanwhile is reported failed and its slot is cleaned,
-and nothing is left once the deployment stops. Then both deskboxd and the jailer killed, and
+and nothing is left once the deployment stops. deskboxd killed in the middle of a create and of
+a delete: the new one either takes the VM over as a listed, working sandbox or ends it and
+reclaims its slot; a delete repeated after the restart finishes, and the deployment holds what
+it held before. Then both deskboxd and the jailer killed, and
 deskboxd started first, beside the dead jailer's socket file: it waits for the new jailer. The
 jailer alone killed: deskboxd fails what needs it, and takes up a new one. Last a
 simulated reboot: every process gone, with what the kernel held (network namespaces, cgroups),
@@ -10,8 +13,11 @@ jailer and deskboxd start, report the sandboxes failed, reclaim every slot direc
 
 import os
 import signal
+import threading
 import time
 import unittest
+
+import requests
 
 from harness import ApiTestCase, describe
 from wsclient import CdpPage
@@ -82,6 +88,115 @@ class RestartTest(ApiTestCase):
             time.sleep(0.2)
         self.assertEqual(set(dbx.qemu_processes()) - before, set(), "no QEMU once all are deleted")
         self.assertEqual(dbx.slot_dirs(), set(), "no slot directory once all are deleted")
+
+    # ---- deskboxd killed in the middle of a call ---------------------------------------------
+
+    def call_in_background(self, method, path, **kw):
+        """Starts a request that deskboxd will not live to answer; returns (thread, outcome)."""
+        out = {}
+
+        def run():
+            try:
+                out["reply"] = requests.request(method, self.dbx.url + path, timeout=300,
+                                                headers={"Authorization": f"Bearer {self.dbx.key}"}, **kw)
+            except Exception as e:  # the connection breaks when deskboxd dies: that is the point
+                out["error"] = e
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t, out
+
+    def wait_settled(self, what, ok, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ok():
+                return
+            time.sleep(0.5)
+        self.fail(f"{what} within {timeout} s: QEMUs {self.dbx.qemu_processes()}, slot directories "
+                  f"{sorted(self.dbx.slot_dirs())}, sandboxes {self.listed()}")
+
+    def listed(self):
+        return {s["id"]: s["state"] for s in self.expect(self.dbx.get("/v1/sandboxes"), 200)["sandboxes"]}
+
+    def test_deskboxd_killed_mid_create(self):
+        dbx = self.dbx
+        qemus0, slots0, listed0 = set(dbx.qemu_processes()), dbx.slot_dirs(), self.listed()
+        t, out = self.call_in_background("POST", "/v1/sandboxes", json={"metadata": {"name": "half-made"}})
+        # The create is under way once its QEMU runs: the restore, the agent and the record are
+        # still to come.
+        deadline, new = time.monotonic() + 120, {}
+        while time.monotonic() < deadline and not new and t.is_alive():
+            new = {p: s for p, s in dbx.qemu_processes().items() if p not in qemus0}
+            time.sleep(0.02)
+        self.assertTrue(new, f"no QEMU appeared for the create: {out}")
+        dbx.kill9_daemon()
+        t.join(30)
+        self.assertFalse(t.is_alive(), "the client's create did not end when deskboxd died")
+        self.assertIn("error", out, f"deskboxd answered before it was killed: {out}")
+        (pid, slot), = new.items()
+
+        dbx.start_daemon()
+        # Either taken over (a listed sandbox that works) or ended with its slot reclaimed;
+        # anything else is a leak.
+        adopted = {}
+
+        def settled():
+            listed = self.listed()
+            added = {i: st for i, st in listed.items() if i not in listed0}
+            q = dbx.qemu_processes()
+            if pid in q:
+                running = [i for i, st in added.items() if st == "running"]
+                if len(running) == 1 and dbx.slot_dirs() == slots0 | {slot}:
+                    adopted["id"] = running[0]
+                    return True
+                return False
+            adopted.clear()
+            return (set(q) == qemus0 and dbx.slot_dirs() == slots0
+                    and all(st in ("failed", "stopped") for st in added.values()))
+        self.wait_settled("the half-made sandbox adopted or reclaimed", settled)
+        if adopted:
+            sid = adopted["id"]
+            self.assertEqual(self.get_sandbox(sid)["metadata"], {"name": "half-made"})
+            self.assertEqual(self.sh(sid, "echo adopted"), "adopted\n", "the adopted sandbox works")
+            self.delete_sandbox(sid)
+        self.wait_settled("back to what the deployment held before the create",
+                          lambda: set(dbx.qemu_processes()) == qemus0 and dbx.slot_dirs() == slots0)
+        self.assertFalse(dbx.slot_cgroup_exists(slot) and slot not in slots0, f"slot {slot}'s cgroup is left")
+        # The service goes on: a create now works and lands in a clean slot.
+        sid = self.create_sandbox(metadata={"name": "after"})["id"]
+        self.assertEqual(self.sh(sid, "echo fine"), "fine\n")
+        self.delete_sandbox(sid)
+        self.wait_settled("the last sandbox gone", lambda: set(dbx.qemu_processes()) == qemus0)
+
+    def test_deskboxd_killed_mid_delete(self):
+        dbx = self.dbx
+        qemus0, slots0 = set(dbx.qemu_processes()), dbx.slot_dirs()
+        sid = self.create_sandbox(metadata={"name": "half-deleted"})["id"]
+        (pid, slot), = ((p, s) for p, s in dbx.qemu_processes().items() if p not in qemus0)
+        # deskboxd ends a VM through the jailer: a jailer that does not answer holds the delete in
+        # the middle, after deskboxd took it up and before the slot is gone; deskboxd dies there.
+        jailer = dbx.jailer.pid
+        os.kill(jailer, signal.SIGSTOP)
+        try:
+            t, out = self.call_in_background("DELETE", f"/v1/sandboxes/{sid}")
+            time.sleep(1.5)
+            self.assertTrue(t.is_alive(), f"the delete finished while the jailer was stopped: {out}")
+            dbx.kill9_daemon()
+            t.join(30)
+            self.assertIn("error", out, f"deskboxd answered before it was killed: {out}")
+        finally:
+            os.kill(jailer, signal.SIGCONT)
+        dbx.start_daemon()
+        # The client heard nothing: it repeats the delete, which finishes whatever state the
+        # restart found the sandbox in (taken over if the jailer had not yet ended the VM, failed
+        # if it had).
+        state = self.get_sandbox(sid)["state"]
+        self.assertIn(state, ("running", "failed", "stopped"), "after the restart")
+        r = dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
+        self.assertEqual(r.status_code, 204, f"the repeated delete: {describe(r)}")
+        self.assertEqual(self.get_sandbox(sid)["state"], "stopped")
+        self.wait_settled("the deleted sandbox's QEMU and slot gone",
+                          lambda: set(dbx.qemu_processes()) == qemus0 and dbx.slot_dirs() == slots0)
+        self.assertFalse(dbx.slot_cgroup_exists(slot), f"slot {slot}'s cgroup is left")
 
     def test_restart_readopts_running_and_fails_dead(self):
         dbx = self.dbx
