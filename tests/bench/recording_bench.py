@@ -13,8 +13,9 @@ through the same steps on the same page (a text field, a button, a long article)
     a click action's latency on a button whose label changes (the call, and the actions
     answer's first_change_ms), recorded / not;
   - idle PSS (QEMU's /proc/PID/smaps_rollup) of both sandboxes at once, after 6 s of work in
-    each and then an idle spell past --trim-after: the recorder must not be activity that holds
-    off the idle trimming of the translation cache;
+    each and then an idle spell past --trim-after, averaged over --pss-seconds once both were
+    trimmed (translation cache, guest RAM and the rest shown apart): the recorder must not be
+    activity that holds off the idle trimming of the translation cache;
   - from the recording itself (GET /recording, the downloaded recording.mp4's packets through
     ffprobe, each window mapped to video time by its segments): frames and bytes in each
     window, so bytes per hour for a still screen, for typing and for scrolling, and the frame
@@ -38,6 +39,7 @@ status `recording`. Exits 2 when the run itself failed (the figures so far are w
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +95,25 @@ def pss_kib(pid):
         if line.startswith("Pss:"):
             return int(line.split()[1])
     return 0
+
+
+def memory_kib(pid):
+    """PSS of a QEMU in KiB by kind: translation cache (anonymous rwx mappings), guest RAM (the
+    template's RAM file, mapped privately), the rest."""
+    out, kind = {"cache": 0, "guest_ram": 0, "rest": 0}, "rest"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            m = re.match(r"^[0-9a-f]+-[0-9a-f]+ (\S+) \S+ \S+ (\d+)\s*(.*)$", line)
+            if m:
+                if m.group(1) == "rwxp" and m.group(2) == "0" and not m.group(3):
+                    kind = "cache"
+                elif m.group(3).endswith("/ram"):
+                    kind = "guest_ram"
+                else:
+                    kind = "rest"
+            elif line.startswith("Pss:"):
+                out[kind] += int(line.split()[1])
+    return out
 
 
 def bounded_wait(what, timeout, ready, every=1.0):
@@ -418,15 +439,22 @@ def idle_pss(dbx, pair, args, log):
             break
         time.sleep(1)
     waited = time.monotonic() - t0
-    time.sleep(10)  # the trims happen when a vCPU next idles; then the desktop translates a little
+    # An idle guest still wakes now and then and translates a little afresh, and is trimmed
+    # again once idle for --trim-after: a sandbox's idle PSS is its average over such cycles,
+    # not one moment of one (a single sample differed by up to 60 MiB between like sandboxes).
     samples = {sb.id: [] for sb in pair}
-    for _ in range(3):
+    kinds = {sb.id: [] for sb in pair}
+    end = time.monotonic() + args.pss_seconds
+    while time.monotonic() < end:
         for sb in pair:
             samples[sb.id].append(pss_kib(sb.qemu))
-        time.sleep(5)
-    res = {"waited_s": waited, "trims": (dbx.metric_value("deskbox_translation_cache_trims_total") or 0) - base,
+            kinds[sb.id].append(memory_kib(sb.qemu))
+        time.sleep(2)
+    res = {"waited_s": waited, "samples": len(samples[pair[0].id]), "trims": (dbx.metric_value("deskbox_translation_cache_trims_total") or 0) - base,
            "trimmed_now": dbx.metric_value("deskbox_sandboxes_trimmed"),
-           "pss_mib": {sb.id: sum(samples[sb.id]) / len(samples[sb.id]) / 1024 for sb in pair}}
+           "pss_mib": {sb.id: sum(samples[sb.id]) / len(samples[sb.id]) / 1024 for sb in pair},
+           "of_it_mib": {sb.id: {k: sum(x[k] for x in kinds[sb.id]) / len(kinds[sb.id]) / 1024
+                                 for k in ("cache", "guest_ram", "rest")} for sb in pair}}
     log(f"  idle PSS after {waited:.0f} s: {res}")
     return res
 
@@ -517,8 +545,11 @@ def summarize(off, on, pss, args):
         ok = ratio <= TARGETS["pss_ratio"] and pss["trims"] >= 2
         fig["pss"] = {**pss, "off_mib": a, "on_mib": b, "ratio": ratio}
         fig["targets"]["pss_ratio"] = {"value": ratio, "target": TARGETS["pss_ratio"], "ok": ok}
-        print(f"\nidle PSS after both were trimmed ({pss['trims']:.0f} trims, {pss['waited_s']:.0f} s idle): "
+        print(f"\nidle PSS after both were trimmed ({pss['trims']:.0f} trims, {pss['waited_s']:.0f} s idle, "
+              f"mean of {pss['samples']} samples): "
               f"{a:.0f} -> {b:.0f} MiB   ratio {ratio:.2f}x   (target <= 1.1x, both trimmed) {'ok' if ok else 'MISSED'}")
+        ka, kb = pss["of_it_mib"][off["sandboxes"][0]], pss["of_it_mib"][on["sandboxes"][0]]
+        print("  of it: " + ", ".join(f"{k.replace('_', ' ')} {ka[k]:.0f} -> {kb[k]:.0f}" for k in ka) + " MiB")
     recs = on.get("recordings", [])
     if recs:
         print("\nthe recording (recording.mp4's packets in each window; bytes extrapolated to an hour)")
@@ -583,6 +614,8 @@ def main():
     ap.add_argument("--shots", type=int, default=30)
     ap.add_argument("--clicks", type=int, default=15)
     ap.add_argument("--trim-after", type=int, default=20, help="deskboxd --trim-idle-after (default 20)")
+    ap.add_argument("--pss-seconds", type=float, default=40,
+                    help="idle PSS: seconds of samples (every 2 s) once both sandboxes were trimmed (default 40)")
     ap.add_argument("--sandboxes", type=int, default=1, help="sandboxes per group, at once (default 1)")
     ap.add_argument("--save", help="keep two PNG screenshots and the recordings here")
     ap.add_argument("--out", default="/tmp/recording_bench.json")
