@@ -7,15 +7,40 @@ export DESKBOX_CACHE_DIR="$CACHE_DIR"
 STAGE_LOG="${STAGE_LOG:-}"
 
 _stage_times=()
-# stage NAME command...: runs the command, prints how long it took.
+# How long each stage took the last time it succeeded here, by script and stage name ("test
+# build<TAB>297"): a stage says what to expect, and a long one says how far it is every minute.
+STAGE_TIMES_FILE="${DESKBOX_STAGE_TIMES:-$CACHE_DIR/stage-times}"
+_last_stage_time() {
+  [ -r "$STAGE_TIMES_FILE" ] || return 0
+  awk -F '\t' -v k="$1" '$1 == k { v = $2 } END { if (v != "") print v }' "$STAGE_TIMES_FILE"
+}
+_save_stage_time() {
+  mkdir -p "$(dirname "$STAGE_TIMES_FILE")" 2>/dev/null || return 0
+  local tmp
+  tmp=$(mktemp "$STAGE_TIMES_FILE.XXXXXX" 2>/dev/null) || return 0
+  { [ -r "$STAGE_TIMES_FILE" ] && awk -F '\t' -v k="$1" '$1 != k' "$STAGE_TIMES_FILE"; printf '%s\t%s\n' "$1" "$2"; } >"$tmp"
+  mv -f "$tmp" "$STAGE_TIMES_FILE" 2>/dev/null || rm -f "$tmp"
+}
+# stage NAME command...: runs the command, prints how long it took (and took last time).
 stage() {
   local name="$1"; shift
-  local t0=$SECONDS
-  printf '\n==> %s\n' "$name" >&2
-  "$@"
+  local key last t0=$SECONDS rc=0 ticker
+  key="$(basename "$0") $name"
+  last=$(_last_stage_time "$key")
+  printf '\n==> %s%s\n' "$name" "${last:+ (last time ${last} s)}" >&2
+  ( sp=""; trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; exit 0' TERM
+    while :; do
+      sleep 60 & sp=$!; wait "$sp"
+      printf '... %s: %d s so far%s\n' "$name" $((SECONDS - t0)) "${last:+ of about ${last} s}" >&2
+    done ) &
+  ticker=$!
+  "$@" || rc=$?
+  kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
   local dt=$((SECONDS - t0))
-  printf '<== %s: %d s\n' "$name" "$dt" >&2
+  printf '<== %s: %d s%s\n' "$name" "$dt" "${last:+ (last time ${last} s)}" >&2
   _stage_times+=("$(printf '%-22s %5d s' "$name" "$dt")")
+  [ "$rc" -eq 0 ] || return "$rc"
+  _save_stage_time "$key" "$dt"
 }
 print_stage_times() {
   printf '\nstage times:\n' >&2
