@@ -30,7 +30,7 @@ stage() {
   printf '\n==> %s%s\n' "$name" "${last:+ (last time ${last} s)}" >&2
   ( sp=""; trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null; exit 0' TERM
     while :; do
-      sleep 60 & sp=$!; wait "$sp"
+      sleep "${DESKBOX_STAGE_TICK:-60}" & sp=$!; wait "$sp"
       printf '... %s: %d s so far%s\n' "$name" $((SECONDS - t0)) "${last:+ of about ${last} s}" >&2
     done ) &
   ticker=$!
