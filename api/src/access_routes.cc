@@ -50,7 +50,7 @@ Reply AccessRoutes::CreateToken(Call& c) {
   int64_t now = ctx_.clock.NowMs();
   auto t = ctx_.credentials.CreateToken(c.id, *ParseScope(*scope), ttl.value_or(3600) * 1000,
                                         c.principal.id, now);
-  if (!t) co_return Error(500, "internal", t.error());
+  if (!t) co_return FromStoreError(t.error());
   const auto& [rec, secret] = *t;
   co_return Json(201, {{"id", rec.id},
                        {"token", secret},
@@ -73,17 +73,19 @@ Reply AccessRoutes::ListTokens(Call& c) {
 }
 
 Reply AccessRoutes::DeleteToken(Call& c) {
-  switch (ctx_.credentials.RevokeToken(c.id, ctx_.clock.NowMs())) {
+  auto revoked = ctx_.credentials.RevokeToken(c.id, ctx_.clock.NowMs());
+  if (!revoked) co_return FromStoreError(revoked.error());
+  switch (*revoked) {
     case Credentials::RevokeResult::kRevoked:
       if (on_token_revoked_) on_token_revoked_(c.id);
       co_return NoContent();
     case Credentials::RevokeResult::kEnded:
       co_return NoContent();
     case Credentials::RevokeResult::kNotFound:
-      co_return Error(404, "not_found", fmt::format("no token '{}'", c.id));
-    default:
-      co_return Error(500, "internal", "could not save the revocation");
+    case Credentials::RevokeResult::kLastKey:  // of keys only
+      break;
   }
+  co_return Error(404, "not_found", fmt::format("no token '{}'", c.id));
 }
 
 Reply AccessRoutes::CreateKey(Call& c) {
@@ -94,7 +96,7 @@ Reply AccessRoutes::CreateKey(Call& c) {
   if (in.ok() && !name) in.Fail("name is required");
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   auto k = ctx_.credentials.CreateKey(*name, ctx_.clock.NowMs());
-  if (!k) co_return Error(500, "internal", k.error());
+  if (!k) co_return FromStoreError(k.error());
   const auto& [rec, secret] = *k;
   co_return Json(201, {{"id", rec.id},
                        {"name", rec.name},
@@ -110,7 +112,9 @@ Reply AccessRoutes::ListKeys(Call&) {
 }
 
 Reply AccessRoutes::DeleteKey(Call& c) {
-  switch (ctx_.credentials.RevokeKey(c.id, ctx_.clock.NowMs())) {
+  auto revoked = ctx_.credentials.RevokeKey(c.id, ctx_.clock.NowMs());
+  if (!revoked) co_return FromStoreError(revoked.error());
+  switch (*revoked) {
     case Credentials::RevokeResult::kRevoked:
       co_return NoContent();
     case Credentials::RevokeResult::kNotFound:
@@ -118,9 +122,10 @@ Reply AccessRoutes::DeleteKey(Call& c) {
     case Credentials::RevokeResult::kLastKey:
       co_return Error(409, "last_key",
                       "this is the only active API key; create another before revoking it");
-    default:
-      co_return Error(500, "internal", "could not save the revocation");
+    case Credentials::RevokeResult::kEnded:  // of tokens only
+      break;
   }
+  co_return Error(404, "not_found", fmt::format("no active key '{}'", c.id));
 }
 
 }  // namespace deskbox::api

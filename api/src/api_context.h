@@ -1,6 +1,6 @@
 #pragma once
 // What every role of the API shares: the collaborators a route class is constructed with, and
-// the mapping of vmhost's errors to HTTP answers (done here, once).
+// the mapping of vmhost's and the store's errors to HTTP answers (done here, once).
 #include <algorithm>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -44,6 +44,9 @@ inline constexpr size_t kMaxPathBytes = 4096;
 inline constexpr std::chrono::milliseconds kBrowserFreshTimeout{120000};
 
 HttpResponse FromVmError(const vmhost::VmError& e);
+// A write to the state database that failed and changed nothing: 507 insufficient_storage when
+// its disk is full (retry once there is room), else 500 internal.
+HttpResponse FromStoreError(const StoreError& e);
 // vmhost's failure to reach a guest port or make a socket, as the component that asked tells
 // failures apart: a timeout, the sandbox gone (kNotFound, kInvalidState), the guest refusing.
 cdp_proxy::Error ToCdpError(vmhost::VmError e);

@@ -43,9 +43,9 @@ bool ConstantTimeEqual(const Sha256Digest& a, const Sha256Digest& b) {
 
 std::expected<void, std::string> Credentials::Load() {
   auto k = store_.LoadKeys();
-  if (!k) return std::unexpected(k.error());
+  if (!k) return std::unexpected(k.error().message);
   auto t = store_.LoadTokens();
-  if (!t) return std::unexpected(t.error());
+  if (!t) return std::unexpected(t.error().message);
   keys_ = std::move(*k);
   tokens_ = std::move(*t);
   return {};
@@ -63,14 +63,16 @@ std::expected<std::optional<std::string>, std::string> Credentials::EnsureBootst
       // The same key stays as it is (also when it was revoked through the API: rotation must
       // not be undone by a restart); a new one replaces it.
       if (ConstantTimeEqual(k.hash, h)) return std::optional<std::string>();
-      k.hash = h;
-      k.revoked_at_ms = 0;
-      k.created_at_ms = now_ms;
-      if (auto r = store_.PutKey(k); !r) return std::unexpected(r.error());
+      KeyRecord updated = k;
+      updated.hash = h;
+      updated.revoked_at_ms = 0;
+      updated.created_at_ms = now_ms;
+      if (auto r = store_.PutKey(updated); !r) return std::unexpected(r.error().message);
+      k = updated;
       return std::optional<std::string>();
     }
     KeyRecord k{NewId("key_"), kBootstrapName, h, now_ms, 0};
-    if (auto r = store_.PutKey(k); !r) return std::unexpected(r.error());
+    if (auto r = store_.PutKey(k); !r) return std::unexpected(r.error().message);
     keys_.push_back(k);
     return std::optional<std::string>();
   }
@@ -80,7 +82,7 @@ std::expected<std::optional<std::string>, std::string> Credentials::EnsureBootst
     return std::unexpected("writing " + key_file + ": " + ErrnoString(w.error()));
   ::chmod(key_file.c_str(), 0600);
   KeyRecord rec{NewId("key_"), kBootstrapName, Sha256(secret), now_ms, 0};
-  if (auto r = store_.PutKey(rec); !r) return std::unexpected(r.error());
+  if (auto r = store_.PutKey(rec); !r) return std::unexpected(r.error().message);
   keys_.push_back(rec);
   return std::optional<std::string>(secret);
 }
@@ -107,8 +109,8 @@ std::optional<Principal> Credentials::Authenticate(std::string_view secret, int6
   return found;
 }
 
-std::expected<std::pair<KeyRecord, std::string>, std::string> Credentials::CreateKey(const std::string& name,
-                                                                                     int64_t now_ms) {
+std::expected<std::pair<KeyRecord, std::string>, StoreError> Credentials::CreateKey(const std::string& name,
+                                                                                    int64_t now_ms) {
   std::string secret = NewSecret("dbk_");
   KeyRecord k{NewId("key_"), name, Sha256(secret), now_ms, 0};
   if (auto r = store_.PutKey(k); !r) return std::unexpected(r.error());
@@ -123,20 +125,20 @@ std::vector<KeyRecord> Credentials::LiveKeys() const {
   return out;
 }
 
-Credentials::RevokeResult Credentials::RevokeKey(const std::string& id, int64_t now_ms) {
+std::expected<Credentials::RevokeResult, StoreError> Credentials::RevokeKey(const std::string& id, int64_t now_ms) {
   for (auto& k : keys_) {
     if (k.id != id || k.revoked_at_ms != 0) continue;
     if (LiveKeys().size() <= 1) return RevokeResult::kLastKey;
     KeyRecord updated = k;
     updated.revoked_at_ms = now_ms;
-    if (!store_.PutKey(updated)) return RevokeResult::kStoreError;
+    if (auto r = store_.PutKey(updated); !r) return std::unexpected(r.error());
     k = updated;
     return RevokeResult::kRevoked;
   }
   return RevokeResult::kNotFound;
 }
 
-std::expected<std::pair<TokenRecord, std::string>, std::string> Credentials::CreateToken(
+std::expected<std::pair<TokenRecord, std::string>, StoreError> Credentials::CreateToken(
     const std::string& sandbox_id, Scope scope, int64_t ttl_ms, const std::string& created_by, int64_t now_ms) {
   std::string secret = NewSecret("dbt_");
   TokenRecord t{NewId("tok_"), sandbox_id, std::string(ToString(scope)), Sha256(secret), now_ms, now_ms + ttl_ms, 0,
@@ -155,19 +157,19 @@ std::vector<TokenRecord> Credentials::LiveTokens(const std::string& sandbox_id, 
   return out;
 }
 
-Credentials::RevokeResult Credentials::RevokeToken(const std::string& id, int64_t now_ms) {
+std::expected<Credentials::RevokeResult, StoreError> Credentials::RevokeToken(const std::string& id, int64_t now_ms) {
   for (auto& t : tokens_) {
     if (t.id != id) continue;
     if (t.revoked_at_ms != 0 || t.expires_at_ms <= now_ms) return RevokeResult::kEnded;
     TokenRecord updated = t;
     updated.revoked_at_ms = now_ms;
-    if (!store_.PutToken(updated)) return RevokeResult::kStoreError;
+    if (auto r = store_.PutToken(updated); !r) return std::unexpected(r.error());
     t = updated;
     return RevokeResult::kRevoked;
   }
   // Tokens that expired over a day ago are only on record.
   auto known = store_.TokenExists(id);
-  if (!known) return RevokeResult::kStoreError;
+  if (!known) return std::unexpected(known.error());
   return *known ? RevokeResult::kEnded : RevokeResult::kNotFound;
 }
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <utility>
+
 #include "api/json_input.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -131,8 +133,11 @@ Reply EgressBinding::PutEgress(Call& c) {
     co_return Error(409, "invalid_state",
                     fmt::format("sandbox {} is {}", rec->id, vmhost::ToString(rec->state)));
   json canonical = egress::PolicyJson(*p);
-  rec->egress_json = Dump(canonical);
-  ctx_.sandboxes.Save(*rec);
+  std::string before = std::exchange(rec->egress_json, Dump(canonical));
+  if (auto saved = ctx_.sandboxes.Save(*rec); !saved) {
+    rec->egress_json = std::move(before);  // the policy in force stays the one on record
+    co_return FromStoreError(saved.error());
+  }
   egress_->SetPolicy(rec->id,
                      std::move(*p));  // not attached while creating: the stored one is used
   auto e = c.NewEvent(rec->id);

@@ -61,7 +61,7 @@ LifecycleRoutes::LifecycleRoutes(ApiContext& ctx, EgressBinding& egress)
     SandboxRecord* r = ctx_.sandboxes.Find(sb.id());
     if (!r || !r->browser_refreshing) return;
     r->browser_refreshing = false;
-    ctx_.sandboxes.Save(*r);
+    ctx_.sandboxes.SaveOrRetry(*r);
   });
 }
 
@@ -338,7 +338,14 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   }
   std::string detail =
       fmt::format("created from {} ({}, {:.0f} ms)", r.template_name, r.create_path, ms);
-  SandboxRecord& rec = ctx_.sandboxes.Add(std::move(r), ByCall(c, detail));
+  auto added = ctx_.sandboxes.Add(std::move(r), ByCall(c, detail));
+  if (!added) {
+    // Not on record, so not handed out: a sandbox nobody knows of must not keep running.
+    egress_.Detach((*sb)->id());
+    co_await ctx_.manager.Destroy((*sb)->id());
+    co_return FromStoreError(added.error());
+  }
+  SandboxRecord& rec = **added;
   log::Info(kLog, "sandbox {} created ({}, {:.0f} ms)", rec.id, rec.create_path, ms);
   co_return Json(201, SandboxJson(rec));
 }
@@ -391,6 +398,7 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
   if (rec.state == SandboxState::kStopped || rec.state == SandboxState::kFailed)
     co_return Error(409, "invalid_state",
                     fmt::format("sandbox {} is {}", rec.id, StateName(rec.state)));
+  const SandboxRecord before = rec;
   if (timeout) {
     rec.timeout_s = static_cast<uint32_t>(*timeout);
     if (rec.state == SandboxState::kRunning)
@@ -401,7 +409,10 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
     rec.display_w = display ? display->first : 0;
     rec.display_h = display ? display->second : 0;
   }
-  ctx_.sandboxes.Save(rec);
+  if (auto saved = ctx_.sandboxes.Save(rec); !saved) {
+    rec = before;
+    co_return FromStoreError(saved.error());
+  }
   co_return Json(200, SandboxJson(rec));
 }
 

@@ -27,7 +27,7 @@ SandboxRegistry::SandboxRegistry(asio::any_io_executor executor, Store& store,
 
 std::expected<void, std::string> SandboxRegistry::Load() {
   auto recs = store_.LoadSandboxes();
-  if (!recs) return std::unexpected(recs.error());
+  if (!recs) return std::unexpected(recs.error().message);
   for (auto& r : *recs) records_[r.id] = std::move(r);
   return {};
 }
@@ -53,16 +53,49 @@ size_t SandboxRegistry::AliveCount() const {
   return n;
 }
 
-void SandboxRegistry::Save(SandboxRecord& r) {
+std::expected<void, StoreError> SandboxRegistry::Save(SandboxRecord& r) {
+  int64_t before = r.updated_at_ms;
   r.updated_at_ms = clock_.NowMs();
-  if (auto s = store_.PutSandbox(r); !s) log::Error(kLog, "sandbox {}: {}", r.id, s.error());
+  if (auto s = store_.PutSandbox(r); !s) {
+    r.updated_at_ms = before;
+    log::Error(kLog, "sandbox {}: {}", r.id, s.error().message);
+    return s;
+  }
+  unsaved_.erase(r.id);
+  return {};
 }
 
-SandboxRecord& SandboxRegistry::Add(SandboxRecord r, TransitionCause cause) {
+void SandboxRegistry::SaveOrRetry(SandboxRecord& r) {
+  if (!Save(r)) unsaved_.insert(r.id);
+}
+
+size_t SandboxRegistry::SaveUnsaved() {
+  for (auto it = unsaved_.begin(); it != unsaved_.end();) {
+    auto rec = records_.find(*it);
+    if (rec == records_.end()) {
+      it = unsaved_.erase(it);
+      continue;
+    }
+    if (auto s = store_.PutSandbox(rec->second); !s) {
+      if (s.error().code == StoreError::Code::kFull) break;  // the rest would fail alike
+      ++it;
+      continue;
+    }
+    log::Info(kLog, "sandbox {}: written again after a failed write", rec->first);
+    it = unsaved_.erase(it);
+  }
+  return unsaved_.size();
+}
+
+std::expected<SandboxRecord*, StoreError> SandboxRegistry::Add(SandboxRecord r, TransitionCause cause) {
   std::string id = r.id;
   SandboxState to = r.state;
+  r.updated_at_ms = clock_.NowMs();
+  if (auto s = store_.PutSandbox(r); !s) {
+    log::Error(kLog, "sandbox {}: {}", id, s.error().message);
+    return std::unexpected(s.error());
+  }
   SandboxRecord& rec = records_[id] = std::move(r);
-  Save(rec);
   auto e = cause.base ? std::move(*cause.base) : SystemEvent(id);
   e.set_sandbox_id(id);
   auto* l = e.mutable_lifecycle();
@@ -72,7 +105,7 @@ SandboxRecord& SandboxRegistry::Add(SandboxRecord r, TransitionCause cause) {
   l->set_detail(std::move(cause.detail));
   events_.Emit(std::move(e));
   for (auto* listener : listeners_) listener->OnSandboxState(rec, to);
-  return rec;
+  return &rec;
 }
 
 bool SandboxRegistry::Transition(SandboxRecord& r, SandboxState to, TransitionCause cause) {
@@ -92,7 +125,7 @@ bool SandboxRegistry::Transition(SandboxRecord& r, SandboxState to, TransitionCa
   }
   if (to == SandboxState::kStopped && from != SandboxState::kStopped) r.stopped_at_ms = now;
   if (to == SandboxState::kFailed && r.failure.empty()) r.failure = cause.detail;
-  Save(r);
+  SaveOrRetry(r);
   auto e = cause.base ? std::move(*cause.base) : SystemEvent(r.id);
   e.set_sandbox_id(r.id);
   auto* l = e.mutable_lifecycle();

@@ -44,6 +44,15 @@ HttpResponse FromVmError(const vmhost::VmError& e) {
   return Error(500, "internal", e.message);
 }
 
+HttpResponse FromStoreError(const StoreError& e) {
+  if (e.code == StoreError::Code::kFull)
+    return Error(507, "insufficient_storage",
+                 fmt::format("deskboxd's state disk is full, nothing was changed; retry once there is "
+                             "room ({})",
+                             e.message));
+  return Error(500, "internal", e.message);
+}
+
 cdp_proxy::Error ToCdpError(vmhost::VmError e) {
   using C = vmhost::VmError::Code;
   using cdp_proxy::ErrorCode;
@@ -228,6 +237,14 @@ Reply ApiService::GetMetrics(Call&) {
       "Events dropped (queue full, invalid, too large) since start.",
       {{"",
         static_cast<double>(es.dropped_queue_full + es.dropped_invalid + es.dropped_too_large)}}};
+  g["deskbox_events_write_errors"] = {
+      "Events that could not be appended to their log (a full disk, an I/O error) since start; "
+      "the log stays valid without them.",
+      {{"", static_cast<double>(es.write_errors)}}};
+  g["deskbox_state_unsaved_sandboxes"] = {
+      "Sandboxes whose last state change could not be written to the state database (a full "
+      "disk); written again once there is room.",
+      {{"", static_cast<double>(sandboxes_.unsaved())}}};
   g["deskbox_cdp_sessions"] = {"Open CDP WebSocket sessions.",
                                {{"", static_cast<double>(cdp_->proxy().TotalSessions())}}};
   auto rt = recordings_->totals();

@@ -1,17 +1,22 @@
 #include "api/store.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 namespace deskbox::api {
 
 namespace {
 
-// 2: sandboxes.display ("WxH" or ""); 3: sandboxes.browser_refreshing; 4: sandboxes.recording.
-// An older database is migrated on open.
-constexpr int kSchemaVersion = 4;
+// kSchemaVersion (store.h) 2: sandboxes.display ("WxH" or ""); 3: sandboxes.browser_refreshing;
+// 4: sandboxes.recording. An older database is migrated on open; tests/api_unit/data keeps one
+// database of each older version, as its release made it.
+static_assert(kSchemaVersion == 4, "add the migration step, and a fixture of the version before");
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -91,7 +96,7 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
     if (auto r = store->Exec(pragma); !r) return std::unexpected(r.error());
   if (auto r = store->Exec(kSchema); !r) return std::unexpected(r.error());
   Statement q(db, "SELECT version FROM schema_version LIMIT 1");
-  if (!q.ok()) return std::unexpected(store->Error("reading schema version"));
+  if (!q.ok()) return std::unexpected(store->Error("reading schema version").message);
   if (q.Step() == SQLITE_ROW) {
     int64_t v = q.ColInt(0);
     // Each step: the column a version added, from the version before it.
@@ -118,14 +123,117 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
   } else {
     Statement ins(db, "INSERT INTO schema_version (version) VALUES (?)");
     ins.Int(1, kSchemaVersion);
-    if (ins.Step() != SQLITE_DONE) return std::unexpected(store->Error("writing schema version"));
+    if (ins.Step() != SQLITE_DONE) return std::unexpected(store->Error("writing schema version").message);
   }
   return store;
 }
 
+namespace {
+
+// A connection closed on scope exit.
+struct Connection {
+  sqlite3* db = nullptr;
+  ~Connection() { sqlite3_close(db); }
+  std::string Message() const { return db ? sqlite3_errmsg(db) : "out of memory"; }
+};
+
+std::expected<int64_t, std::string> QueryInt(sqlite3* db, const char* sql) {
+  Statement q(db, sql);
+  if (!q.ok() || q.Step() != SQLITE_ROW) return std::unexpected(std::string(sqlite3_errmsg(db)));
+  return q.ColInt(0);
+}
+
+std::expected<void, std::string> SyncPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return std::unexpected(fmt::format("opening {}: {}", path, std::strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return std::unexpected(fmt::format("fsync {}: {}", path, std::strerror(err)));
+  return {};
+}
+
+// The copy at `path`, checked: every page (integrity_check) and a schema this build reads.
+std::expected<BackupResult, std::string> VerifyCopy(const std::string& path, int64_t source_version) {
+  Connection c;
+  if (sqlite3_open_v2(path.c_str(), &c.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK)
+    return std::unexpected(fmt::format("opening the copy: {}", c.Message()));
+  // One self-contained file at rest; deskboxd turns WAL on again when it opens it.
+  if (sqlite3_exec(c.db, "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    return std::unexpected(fmt::format("the copy: {}", c.Message()));
+  Statement check(c.db, "PRAGMA integrity_check");
+  if (!check.ok() || check.Step() != SQLITE_ROW)
+    return std::unexpected(fmt::format("checking the copy: {}", c.Message()));
+  if (std::string verdict = check.ColText(0); verdict != "ok")
+    return std::unexpected(fmt::format("the copy does not pass integrity_check: {}", verdict));
+  BackupResult r;
+  auto version = QueryInt(c.db, "SELECT version FROM schema_version");
+  if (!version) return std::unexpected("the copy has no schema version: " + version.error());
+  if (*version != source_version)
+    return std::unexpected(fmt::format("the copy has schema version {}, the database {}", *version, source_version));
+  r.schema_version = static_cast<int>(*version);
+  const std::pair<const char*, uint64_t*> tables[] = {
+      {"sandboxes", &r.sandboxes}, {"api_keys", &r.keys}, {"tokens", &r.tokens}};
+  for (auto [table, n] : tables) {
+    auto count = QueryInt(c.db, fmt::format("SELECT count(*) FROM {}", table).c_str());
+    if (!count) return std::unexpected(fmt::format("the copy's {}: {}", table, count.error()));
+    *n = static_cast<uint64_t>(*count);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::expected<BackupResult, std::string> Store::Backup(const std::string& db_path, const std::string& to) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::symlink_status(to, ec).type() != fs::file_type::not_found)
+    return std::unexpected(fmt::format("{} exists; a backup never replaces a file", to));
+  Connection src;
+  // Read-write without CREATE: WAL readers need the shared-memory index, and a missing database
+  // is an error, not a new empty one. Nothing is written to it.
+  if (sqlite3_open_v2(db_path.c_str(), &src.db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK)
+    return std::unexpected(fmt::format("opening {}: {}", db_path, src.Message()));
+  sqlite3_busy_timeout(src.db, 5000);
+  auto version = QueryInt(src.db, "SELECT version FROM schema_version");
+  if (!version) return std::unexpected(fmt::format("{} is not a deskbox state database: {}", db_path, version.error()));
+  if (*version < 1 || *version > kSchemaVersion)
+    return std::unexpected(fmt::format("{}: schema version {} is not one this deskboxd reads (1..{})", db_path,
+                                       *version, kSchemaVersion));
+  const std::string tmp = fmt::format("{}.tmp-{}", to, ::getpid());
+  fs::remove(tmp, ec);
+  auto fail = [&](std::string m) {
+    fs::remove(tmp, ec);
+    return std::unexpected(std::move(m));
+  };
+  // One statement, so one read transaction: a consistent snapshot that, in WAL mode, neither
+  // waits for deskboxd's writes nor holds them up.
+  {
+    Statement vacuum(src.db, "VACUUM INTO ?");
+    if (!vacuum.ok()) return fail(fmt::format("copying {}: {}", db_path, src.Message()));
+    vacuum.Text(1, tmp);
+    if (vacuum.Step() != SQLITE_DONE) return fail(fmt::format("copying {} to {}: {}", db_path, tmp, src.Message()));
+  }
+  auto result = VerifyCopy(tmp, *version);
+  if (!result) return fail(fmt::format("{}: {}", tmp, result.error()));
+  result->bytes = fs::file_size(tmp, ec);
+  if (auto s = SyncPath(tmp, O_RDONLY); !s) return fail(s.error());
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) != 0)
+    return fail(errno == EEXIST ? fmt::format("{} exists; a backup never replaces a file", to)
+                                : fmt::format("renaming {} to {}: {}", tmp, to, std::strerror(errno)));
+  std::string dir = fs::path(to).parent_path().string();
+  if (auto s = SyncPath(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY); !s) return std::unexpected(s.error());
+  return result;
+}
+
 Store::~Store() { sqlite3_close(db_); }
 
-std::string Store::Error(const char* what) const { return fmt::format("database: {}: {}", what, sqlite3_errmsg(db_)); }
+StoreError Store::Error(const char* what) const {
+  // The primary code: SQLITE_FULL is what SQLite makes of ENOSPC (and of a size cap).
+  bool full = (sqlite3_extended_errcode(db_) & 0xff) == SQLITE_FULL;
+  return {full ? StoreError::Code::kFull : StoreError::Code::kFailed,
+          fmt::format("database: {}: {}", what, sqlite3_errmsg(db_))};
+}
 
 std::expected<void, std::string> Store::Exec(const char* sql) {
   char* err = nullptr;
@@ -137,7 +245,7 @@ std::expected<void, std::string> Store::Exec(const char* sql) {
   return {};
 }
 
-std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
+std::expected<void, StoreError> Store::PutSandbox(const SandboxRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO sandboxes (id, state, template, slot, qemu_pid, width, height, timeout_s, "
               "on_timeout, expires_at_ms, created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, "
@@ -155,7 +263,7 @@ std::expected<void, std::string> Store::PutSandbox(const SandboxRecord& r) {
   return {};
 }
 
-std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
+std::expected<std::vector<SandboxRecord>, StoreError> Store::LoadSandboxes() {
   Statement s(db_,
               "SELECT id, state, template, slot, qemu_pid, width, height, timeout_s, on_timeout, expires_at_ms, "
               "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner, "
@@ -167,7 +275,9 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
     SandboxRecord r;
     r.id = s.ColText(0);
     auto state = vmhost::ParseSandboxState(s.ColText(1));
-    if (!state) return std::unexpected(fmt::format("sandbox {} has an unknown state '{}' in the database", r.id, s.ColText(1)));
+    if (!state)
+      return std::unexpected(StoreError{StoreError::Code::kFailed,
+                                        fmt::format("sandbox {} has an unknown state '{}' in the database", r.id, s.ColText(1))});
     r.state = *state;
     r.template_name = s.ColText(2);
     r.slot = static_cast<uint32_t>(s.ColInt(3));
@@ -198,7 +308,7 @@ std::expected<std::vector<SandboxRecord>, std::string> Store::LoadSandboxes() {
   return out;
 }
 
-std::expected<void, std::string> Store::PutKey(const KeyRecord& r) {
+std::expected<void, StoreError> Store::PutKey(const KeyRecord& r) {
   Statement s(db_, "INSERT OR REPLACE INTO api_keys (id, name, hash, created_at_ms, revoked_at_ms) VALUES (?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving key"));
   s.Text(1, r.id).Text(2, r.name).Blob(3, r.hash).Int(4, r.created_at_ms).Int(5, r.revoked_at_ms);
@@ -206,7 +316,7 @@ std::expected<void, std::string> Store::PutKey(const KeyRecord& r) {
   return {};
 }
 
-std::expected<std::vector<KeyRecord>, std::string> Store::LoadKeys() {
+std::expected<std::vector<KeyRecord>, StoreError> Store::LoadKeys() {
   Statement s(db_, "SELECT id, name, hash, created_at_ms, revoked_at_ms FROM api_keys ORDER BY created_at_ms");
   if (!s.ok()) return std::unexpected(Error("loading keys"));
   std::vector<KeyRecord> out;
@@ -217,7 +327,7 @@ std::expected<std::vector<KeyRecord>, std::string> Store::LoadKeys() {
   return out;
 }
 
-std::expected<void, std::string> Store::PutToken(const TokenRecord& r) {
+std::expected<void, StoreError> Store::PutToken(const TokenRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO tokens (id, sandbox_id, scope, hash, created_at_ms, expires_at_ms, "
               "revoked_at_ms, created_by) VALUES (?,?,?,?,?,?,?,?)");
@@ -228,7 +338,7 @@ std::expected<void, std::string> Store::PutToken(const TokenRecord& r) {
   return {};
 }
 
-std::expected<std::vector<TokenRecord>, std::string> Store::LoadTokens() {
+std::expected<std::vector<TokenRecord>, StoreError> Store::LoadTokens() {
   Statement s(db_,
               "SELECT id, sandbox_id, scope, hash, created_at_ms, expires_at_ms, revoked_at_ms, created_by "
               "FROM tokens ORDER BY created_at_ms");
@@ -242,7 +352,7 @@ std::expected<std::vector<TokenRecord>, std::string> Store::LoadTokens() {
   return out;
 }
 
-std::expected<bool, std::string> Store::TokenExists(const std::string& id) {
+std::expected<bool, StoreError> Store::TokenExists(const std::string& id) {
   Statement s(db_, "SELECT 1 FROM tokens WHERE id = ?");
   if (!s.ok()) return std::unexpected(Error("looking up a token"));
   s.Text(1, id);

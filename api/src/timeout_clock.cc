@@ -42,6 +42,8 @@ asio::awaitable<void> TimeoutClock::Loop(std::shared_ptr<bool> alive) {
 }
 
 asio::awaitable<void> TimeoutClock::Tick() {
+  // State changes whose write failed (a full state disk) are written once there is room.
+  ctx_.sandboxes.SaveUnsaved();
   int64_t now = ctx_.clock.NowMs();
   std::vector<std::string> due;
   for (const auto& [id, r] : ctx_.sandboxes.records())

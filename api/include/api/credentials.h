@@ -42,18 +42,19 @@ class Credentials {
   // Unknown, revoked or expired → nullopt.
   std::optional<Principal> Authenticate(std::string_view secret, int64_t now_ms) const;
 
-  std::expected<std::pair<KeyRecord, std::string>, std::string> CreateKey(const std::string& name, int64_t now_ms);
+  // A store error leaves the keys and tokens in memory as they were (nothing half done).
+  std::expected<std::pair<KeyRecord, std::string>, StoreError> CreateKey(const std::string& name, int64_t now_ms);
   std::vector<KeyRecord> LiveKeys() const;
   // kEnded: the token was revoked before, or expired (revoking it again changes nothing).
-  enum class RevokeResult { kRevoked, kEnded, kNotFound, kLastKey, kStoreError };
-  RevokeResult RevokeKey(const std::string& id, int64_t now_ms);
+  enum class RevokeResult { kRevoked, kEnded, kNotFound, kLastKey };
+  std::expected<RevokeResult, StoreError> RevokeKey(const std::string& id, int64_t now_ms);
 
-  std::expected<std::pair<TokenRecord, std::string>, std::string> CreateToken(const std::string& sandbox_id,
-                                                                              Scope scope, int64_t ttl_ms,
-                                                                              const std::string& created_by,
-                                                                              int64_t now_ms);
+  std::expected<std::pair<TokenRecord, std::string>, StoreError> CreateToken(const std::string& sandbox_id,
+                                                                             Scope scope, int64_t ttl_ms,
+                                                                             const std::string& created_by,
+                                                                             int64_t now_ms);
   std::vector<TokenRecord> LiveTokens(const std::string& sandbox_id, int64_t now_ms) const;
-  RevokeResult RevokeToken(const std::string& id, int64_t now_ms);
+  std::expected<RevokeResult, StoreError> RevokeToken(const std::string& id, int64_t now_ms);
 
  private:
   Store& store_;

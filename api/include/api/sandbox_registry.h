@@ -10,6 +10,12 @@
 //   operations in flight (exec, files, screenshots, actions) end with 410 when they next look
 //   (GuestOperation::Interrupted), and new ones are refused.
 //
+// - A record is written to the Store before anyone hears of it. A new record (Add) or a change
+//   a client asks for (Save) that cannot be written is not made: the caller gets the error and
+//   answers it (507 on a full state disk). A state change is a fact about a VM that already
+//   happened: one that cannot be written stays in memory, is announced, and is written again
+//   by SaveUnsaved() until it is (the timeout clock calls it every tick).
+//
 // Threads: the io_context's.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -19,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,13 +69,21 @@ class SandboxRegistry {
   const std::map<std::string, SandboxRecord>& records() const { return records_; }
   size_t AliveCount() const;
 
-  // A new sandbox's record, announced as a change from no state to its own.
-  SandboxRecord& Add(SandboxRecord r, TransitionCause cause);
+  // A new sandbox's record, announced as a change from no state to its own. If it cannot be
+  // written, nothing is added or announced.
+  std::expected<SandboxRecord*, StoreError> Add(SandboxRecord r, TransitionCause cause);
   // The one way a state changes. A change vmhost's table does not allow is refused (false, and
   // logged). `to` equal to the current state re-announces it (a restart adopting a sandbox).
   bool Transition(SandboxRecord& r, vmhost::SandboxState to, TransitionCause cause);
-  // Saves a changed record (not its state: Transition does that).
-  void Save(SandboxRecord& r);
+  // Saves a changed record (not its state: Transition does that). On an error the caller puts
+  // the record back as it was.
+  [[nodiscard]] std::expected<void, StoreError> Save(SandboxRecord& r);
+  // Saves a change that has happened whatever the store says (a browser refresh ended); if the
+  // write fails, SaveUnsaved() tries again.
+  void SaveOrRetry(SandboxRecord& r);
+  // Writes the records whose last write failed; how many are still unwritten.
+  size_t SaveUnsaved();
+  size_t unsaved() const { return unsaved_.size(); }
 
   // Whether a delete of the sandbox has begun (it ends as stopped).
   bool Deleting(const std::string& id) const;
@@ -134,6 +149,7 @@ class SandboxRegistry {
   std::map<std::string, SandboxRecord> records_;
   std::map<std::string, Turnstile> turns_;
   std::map<std::string, bool> deleting_;
+  std::set<std::string> unsaved_;  // records changed in memory whose write failed
   std::vector<SandboxStateListener*> listeners_;
 };
 

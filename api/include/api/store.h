@@ -3,6 +3,12 @@
 // the service keeps everything in memory and writes each change here before answering, so a
 // restart (even after kill -9) finds what clients were told. Secrets are stored as SHA-256 only.
 // Used from one thread (the io_context's); schema versioned in the schema_version table.
+//
+// A write that fails changes nothing (each is one SQLite transaction) and says why: kFull when
+// the disk holding the database is full (SQLite's SQLITE_FULL, from ENOSPC), so the API can
+// answer 507 and the caller keep its memory as it was; the connection works again once there
+// is room. Backup() copies a live database consistently from another process (docs/api.md,
+// "Backup and restore").
 #include <sqlite3.h>
 
 #include <cstdint>
@@ -54,26 +60,51 @@ struct TokenRecord {
   std::string created_by;
 };
 
+// The database's file name in deskboxd's state directory.
+inline constexpr char kStateDatabase[] = "deskbox.db";
+// The schema this build writes; Open migrates every older one (1..) to it.
+inline constexpr int kSchemaVersion = 4;
+
+struct StoreError {
+  enum class Code {
+    kFull,    // no room on the disk (or under a size cap) for the write; retry when there is
+    kFailed,  // anything else SQLite reports (I/O error, corrupt file, ...)
+  };
+  Code code = Code::kFailed;
+  std::string message;  // "database: saving token: database or disk is full"
+};
+
+struct BackupResult {
+  int schema_version = 0;
+  uint64_t bytes = 0;  // of the copy
+  uint64_t sandboxes = 0, keys = 0, tokens = 0;
+};
+
 class Store {
  public:
   static std::expected<std::unique_ptr<Store>, std::string> Open(const std::string& path);
+  // Copies the database at `db_path` to the new file `to`, consistently while deskboxd writes to
+  // it: VACUUM INTO a temporary file next to `to`, which is then checked (integrity_check, a
+  // schema version this build reads), fsynced and renamed to `to` (never over an existing file),
+  // and its directory fsynced. Does not create, migrate or write the source.
+  static std::expected<BackupResult, std::string> Backup(const std::string& db_path, const std::string& to);
   ~Store();
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  std::expected<void, std::string> PutSandbox(const SandboxRecord& r);
-  std::expected<std::vector<SandboxRecord>, std::string> LoadSandboxes();
-  std::expected<void, std::string> PutKey(const KeyRecord& r);
-  std::expected<std::vector<KeyRecord>, std::string> LoadKeys();
-  std::expected<void, std::string> PutToken(const TokenRecord& r);
-  std::expected<std::vector<TokenRecord>, std::string> LoadTokens();
+  std::expected<void, StoreError> PutSandbox(const SandboxRecord& r);
+  std::expected<std::vector<SandboxRecord>, StoreError> LoadSandboxes();
+  std::expected<void, StoreError> PutKey(const KeyRecord& r);
+  std::expected<std::vector<KeyRecord>, StoreError> LoadKeys();
+  std::expected<void, StoreError> PutToken(const TokenRecord& r);
+  std::expected<std::vector<TokenRecord>, StoreError> LoadTokens();
   // Whether a token of this id was ever made (expired ones stay on record).
-  std::expected<bool, std::string> TokenExists(const std::string& id);
+  std::expected<bool, StoreError> TokenExists(const std::string& id);
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   std::expected<void, std::string> Exec(const char* sql);
-  std::string Error(const char* what) const;
+  StoreError Error(const char* what) const;
   sqlite3* db_;
 };
 
