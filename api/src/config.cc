@@ -297,7 +297,10 @@ std::map<std::string, std::string> EnvironmentMap() {
 std::string Usage() {
   std::string u =
       "usage: deskboxd [options]\n"
-      "Serves the deskbox REST API. Runs unprivileged, next to deskbox-jailer (root).\n\n"
+      "       deskboxd backup --to FILE [--state-dir DIR]\n"
+      "Serves the deskbox REST API. Runs unprivileged, next to deskbox-jailer (root).\n"
+      "backup: copies the state database consistently, also while deskboxd runs, to FILE (which\n"
+      "must not exist), and checks the copy; run it as the user deskboxd runs as.\n\n"
       "  flag                      environment                  meaning\n";
   for (const auto& s : Settings()) {
     std::string flag = s.flag ? fmt::format("{} {}", s.flag, s.value_name) : "";
@@ -306,6 +309,35 @@ std::string Usage() {
   u += fmt::format("  {:<25} {:<28} {}\n", "--destroy-on-exit", "",
                    "on SIGTERM destroy sandboxes too (default: keep them for the next start)");
   return u;
+}
+
+std::expected<BackupCommand, std::string> ParseBackupCommand(const std::vector<std::string>& args,
+                                                             const std::map<std::string, std::string>& env) {
+  BackupCommand out;
+  if (auto it = env.find("DESKBOX_STATE_DIR"); it != env.end())
+    if (auto r = AbsolutePath(out.state_dir, it->second); !r)
+      return std::unexpected(fmt::format("DESKBOX_STATE_DIR: {}", r.error()));
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    if (auto eq = name.find('='); name.starts_with("--") && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (name == "--state-dir" || name == "--to") {
+      if (i + 1 >= args.size()) return std::unexpected(fmt::format("backup: {} needs a value", name));
+      value = args[++i];
+    }
+    if (name == "--state-dir") {
+      if (auto r = AbsolutePath(out.state_dir, value); !r) return std::unexpected("backup: --state-dir: " + r.error());
+    } else if (name == "--to") {
+      if (value.empty()) return std::unexpected("backup: --to needs a file name");
+      out.to = value;
+    } else {
+      return std::unexpected(fmt::format("backup: unknown option '{}' (deskboxd backup --to FILE [--state-dir DIR])",
+                                         args[i]));
+    }
+  }
+  if (out.to.empty()) return std::unexpected("backup: --to FILE is required");
+  return out;
 }
 
 std::expected<ConfigOutcome, std::string> ParseConfig(const std::vector<std::string>& args,

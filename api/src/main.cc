@@ -1,7 +1,7 @@
 // deskboxd: the deskbox daemon. Runs unprivileged next to deskbox-jailer (root), serves the REST
 // API (api/openapi.yaml) on one io_context thread, keeps its state in <state-dir>/deskbox.db and
 // the sandboxes' event logs in <state-dir>/events. SIGTERM/SIGINT stop it; sandboxes keep running
-// for the next start to re-adopt, unless --destroy-on-exit.
+// for the next start to re-adopt, unless --destroy-on-exit. `deskboxd backup` copies the database.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,10 +53,34 @@ int Fail(const std::string& m) {
   return 1;
 }
 
+// `deskboxd backup`: a consistent, checked copy of the state database, while deskboxd runs or not.
+int Backup(const std::vector<std::string>& args) {
+  auto command = api::ParseBackupCommand(args, api::EnvironmentMap());
+  if (!command) {
+    std::cerr << "deskboxd: " << command.error() << "\n";
+    return 2;
+  }
+  // As root it could leave the database's -wal/-shm files owned by root, which deskboxd (the
+  // user deskbox) then cannot open.
+  if (::geteuid() == 0)
+    return Fail("backup: refusing to run as root; run it as the user deskboxd runs as (sudo -u deskbox deskboxd "
+                "backup ...)");
+  std::string db = command->state_dir + "/" + api::kStateDatabase;
+  auto r = api::Store::Backup(db, command->to);
+  if (!r) return Fail("backup: " + r.error());
+  std::printf("%s: a copy of %s (schema version %d, %llu bytes; %llu sandboxes, %llu API keys, %llu tokens; "
+              "integrity_check ok)\n",
+              command->to.c_str(), db.c_str(), r->schema_version, static_cast<unsigned long long>(r->bytes),
+              static_cast<unsigned long long>(r->sandboxes), static_cast<unsigned long long>(r->keys),
+              static_cast<unsigned long long>(r->tokens));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "backup") return Backup({args.begin() + 1, args.end()});
   auto parsed = api::ParseConfig(args, api::EnvironmentMap());
   if (!parsed) {
     std::cerr << "deskboxd: " << parsed.error() << "\n";
@@ -84,7 +108,7 @@ int main(int argc, char** argv) {
   if (config.template_name.empty())
     return Fail("no template in " + config.cache_dir + "/templates: build one with scripts/build-artifacts");
 
-  auto store = api::Store::Open(config.state_dir + "/deskbox.db");
+  auto store = api::Store::Open(config.state_dir + "/" + api::kStateDatabase);
   if (!store) return Fail(store.error());
   recorder::LogEventSinkOptions sink_options;
   sink_options.dir = config.state_dir + "/events";

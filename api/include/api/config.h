@@ -74,4 +74,13 @@ std::expected<ConfigOutcome, std::string> ParseConfig(const std::vector<std::str
 std::map<std::string, std::string> EnvironmentMap();
 std::string Usage();
 
+// `deskboxd backup --to FILE [--state-dir DIR]`: copy the state database (api/store.h Backup).
+struct BackupCommand {
+  std::string state_dir = "/var/lib/deskbox";  // --state-dir or DESKBOX_STATE_DIR, as for the daemon
+  std::string to;                              // a file that does not exist yet
+};
+// The arguments after "backup".
+std::expected<BackupCommand, std::string> ParseBackupCommand(const std::vector<std::string>& args,
+                                                             const std::map<std::string, std::string>& env);
+
 }  // namespace deskbox::api
