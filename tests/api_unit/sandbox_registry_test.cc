@@ -52,7 +52,9 @@ class SandboxRegistryTest : public ::testing::Test {
     r.timeout_s = timeout_s;
     r.created_at_ms = clock_.NowMs();
     r.expires_at_ms = clock_.NowMs() + timeout_s * 1000;
-    return registry_->Add(std::move(r), {.reason = "api", .detail = "created"});
+    auto added = registry_->Add(std::move(r), {.reason = "api", .detail = "created"});
+    EXPECT_TRUE(added) << added.error().message;
+    return **added;
   }
   int Status(const std::optional<HttpResponse>& r) { return r ? static_cast<int>(r->status) : 0; }
 

@@ -11,6 +11,7 @@
 #include <future>
 #include <optional>
 
+#include "full_disk_vfs.h"
 #include "guest_services_fixture.h"
 
 namespace deskbox::api::spec_codes {
@@ -114,6 +115,7 @@ class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInter
         .string();
   }
   static void SetUpTestSuite() {
+    testing::FullDiskVfs::Install();  // before the harness opens its store: StateDisk() faults
     std::filesystem::create_directories(NoVncDir() + "/core");
     std::ofstream(NoVncDir() + "/core/rfb.js") << "export default class RFB {}\n";
   }
@@ -278,6 +280,14 @@ class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInter
     for (const auto& f : res) out.headers[std::string(f.name_string())] = std::string(f.value());
     return out;
   }
+  // Revoking a token (or key) made for it, with the state disk in `mode` once it is made.
+  ClientResponse RevokeOnStateDisk(bool key, testing::FullDiskVfs::Mode mode) {
+    auto made = key ? h_.Call(verb::post, "/v1/keys", R"({"name": "spare"})")
+                    : h_.Call(verb::post, "/v1/sandboxes/" + Id(Sandbox::kRunning) + "/tokens",
+                              R"({"scope": "view"})");
+    testing::FullDiskVfs::Set(mode);
+    return Send({.id = Body(made).value("id", "")});
+  }
   // The request, on a new sandbox whose event log file was overwritten with what is not a log.
   ClientResponse CorruptEventLog() {
     std::string id = Id(Sandbox::kFresh);
@@ -289,6 +299,7 @@ class SpecCodesTest : public GuestServicesTest, public ::testing::WithParamInter
 
   // Every fault a case scripted is undone before the next.
   void ResetFaults() {
+    testing::FullDiskVfs::Set(testing::FullDiskVfs::Mode::kWorking);
     ConnectGuestServices();
     OnHost([](FakeSandboxHost& host) {
       host.fail_connect.reset();
@@ -316,6 +327,18 @@ inline Arrange FailCreate(VmError::Code code) {
       h.fail_next_create = VmError{code, "failed on purpose"};
     });
   };
+}
+// The state database's disk full (SQLITE_FULL, as from ENOSPC) or failing (an I/O error).
+inline Arrange StateDisk(testing::FullDiskVfs::Mode mode) {
+  return [mode](SpecCodesTest&, const std::string&) { testing::FullDiskVfs::Set(mode); };
+}
+inline Case StateDiskFull() {
+  return Refuses(507, "insufficient_storage", "a full state disk", {},
+                 StateDisk(testing::FullDiskVfs::Mode::kFull));
+}
+inline Case StateDiskFailing() {
+  return Refuses(500, "internal", "a failing state disk", {},
+                 StateDisk(testing::FullDiskVfs::Mode::kFailing));
 }
 inline Arrange FailPause(VmError::Code code) {
   return [code](SpecCodesTest& t, const std::string&) {

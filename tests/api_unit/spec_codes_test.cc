@@ -58,7 +58,8 @@ const std::vector<Row>& Rows() {
         Refuses(502, "guest_error", "the guest failing to start", {},
                 FailCreate(VmError::Code::kGuest)),
         Refuses(504, "guest_timeout", "the guest not answering", {},
-                FailCreate(VmError::Code::kTimeout))}},
+                FailCreate(VmError::Code::kTimeout)),
+        StateDiskFull(), StateDiskFailing()}},
       {"GET",
        "/v1/sandboxes",
        "listSandboxes",
@@ -80,7 +81,7 @@ const std::vector<Row>& Rows() {
         Answers(200, "a paused sandbox", {.sandbox = S::kPaused}),
         Answers(200, "a control token", {.token_scope = "control"}),
         Bad("a negative timeout", {.body = R"({"timeout_s": -1})"}), NotJson(), UnknownSandbox(),
-        WhenStopped(), OverLimit()}},
+        WhenStopped(), OverLimit(), StateDiskFull(), StateDiskFailing()}},
       {"DELETE",
        "/v1/sandboxes/{id}",
        "deleteSandbox",
@@ -310,7 +311,8 @@ const std::vector<Row>& Rows() {
        "setEgress",
        {.body = R"({"allow": ["example.com"]})"},
        {Answers(200, "a policy"), Bad("allow that is not a list", {.body = R"({"allow": 5})"}),
-        NotJson(), UnknownSandbox(), WhenStopped(), OverLimit()}},
+        NotJson(), UnknownSandbox(), WhenStopped(), OverLimit(), StateDiskFull(),
+        StateDiskFailing()}},
       {"GET",
        "/v1/sandboxes/{id}/events",
        "listEvents",
@@ -492,7 +494,7 @@ const std::vector<Row>& Rows() {
                 {.sandbox = S::kStopped}),
         Refuses(409, "invalid_state", "a replay token for a stopped sandbox with nothing recorded",
                 {.sandbox = S::kStopped, .body = R"({"scope": "replay"})"}),
-        OverLimit()}},
+        OverLimit(), StateDiskFull(), StateDiskFailing()}},
       {"GET",
        "/v1/sandboxes/{id}/tokens",
        "listTokens",
@@ -509,13 +511,20 @@ const std::vector<Row>& Rows() {
                                             R"({"scope": "view"})");
                return t.Send({.id = Body(made).value("id", "")});
              }),
-        Refuses(404, "not_found", "a token that never existed")}},
+        Refuses(404, "not_found", "a token that never existed"),
+        Runs(507, "insufficient_storage", "a live token, on a full state disk",
+             [](SpecCodesTest& t) { return t.RevokeOnStateDisk(false, testing::FullDiskVfs::Mode::kFull); }),
+        Runs(500, "internal", "a live token, on a failing state disk",
+             [](SpecCodesTest& t) {
+               return t.RevokeOnStateDisk(false, testing::FullDiskVfs::Mode::kFailing);
+             })}},
       {"POST",
        "/v1/keys",
        "createKey",
        {.body = R"({"name": "ci"})"},
        {Answers(201, "a name"), Bad("no name", {.body = "{}"}),
-        Bad("an empty name", {.body = R"({"name": ""})"}), NotJson(), OverLimit()}},
+        Bad("an empty name", {.body = R"({"name": ""})"}), NotJson(), OverLimit(),
+        StateDiskFull(), StateDiskFailing()}},
       {"GET", "/v1/keys", "listKeys", {}, {Answers(200, "the keys")}},
       {"DELETE",
        "/v1/keys/{id}",
@@ -532,6 +541,13 @@ const std::vector<Row>& Rows() {
                auto keys = Body(t.harness().Call(verb::get, "/v1/keys"))["keys"];
                EXPECT_EQ(keys.size(), 1u);
                return t.Send({.id = keys.empty() ? "" : keys[0].value("id", "")});
+             }),
+        // Last: the spare keys these make stay.
+        Runs(507, "insufficient_storage", "another key, on a full state disk",
+             [](SpecCodesTest& t) { return t.RevokeOnStateDisk(true, testing::FullDiskVfs::Mode::kFull); }),
+        Runs(500, "internal", "another key, on a failing state disk",
+             [](SpecCodesTest& t) {
+               return t.RevokeOnStateDisk(true, testing::FullDiskVfs::Mode::kFailing);
              })}},
   };
   return rows;
@@ -612,7 +628,6 @@ const std::vector<Excepted> kNotHermetic = {
     {"listTemplates", 500, "answered from the loaded template manifest; no failure path"},
     {"listSandboxes", 500, "answered from the records in memory; no failure path"},
     {"getSandbox", 500, "answered from the record in memory; no failure path"},
-    {"updateSandbox", 500, "a failed save is logged, not answered; no other failure path"},
     {"deleteSandbox", 500,
      "a failed destroy goes into the lifecycle event's detail and the delete still answers 204"},
     {"execInSandbox", 500, "every agent failure is answered 502 or 504; no path answers 500"},
@@ -639,7 +654,6 @@ const std::vector<Excepted> kNotHermetic = {
     {"viewerSocket", 500, "no path answers 500"},
     {"getClipboard", 500, "every agent failure is answered 502 or 504; no path answers 500"},
     {"setClipboard", 500, "every agent failure is answered 502 or 504; no path answers 500"},
-    {"setEgress", 500, "a failed save is logged, not answered; no other failure path"},
     {"cdpBrowserSocket", 500, "no path answers 500: the browser's failures are 502"},
     {"getCdpVersion", 500, "no path answers 500: the browser's failures are 502"},
     {"listCdpTargets", 500, "no path answers 500: the browser's failures are 502"},
@@ -649,12 +663,8 @@ const std::vector<Excepted> kNotHermetic = {
     {"closeCdpTarget", 500, "no path answers 500: the browser's failures are 502"},
     {"cdpBrowserSocketById", 500, "no path answers 500: the browser's failures are 502"},
     {"cdpPageSocket", 500, "no path answers 500: the browser's failures are 502"},
-    {"createToken", 500, "needs the credential store (SQLite) to fail a write"},
     {"listTokens", 500, "answered from the tokens in memory; no failure path"},
-    {"revokeToken", 500, "needs the credential store (SQLite) to fail a write"},
-    {"createKey", 500, "needs the credential store (SQLite) to fail a write"},
     {"listKeys", 500, "answered from the keys in memory; no failure path"},
-    {"revokeKey", 500, "needs the credential store (SQLite) to fail a write"},
     {"getRecordingSegment", 500,
      "only when opening a segment file fails just after stat() found it (removed in between, or "
      "unreadable: these tests run as root, who reads every file)"},
