@@ -314,6 +314,16 @@ class Spike:
             return f"n/a ({e})"
         return "n/a"
 
+    def prepare(self, q, **caps):
+        """Capabilities (ALL_CAPS with `caps` over them) and parameters set, events cleared: the
+        saved state's path, the capabilities and the start time of one run."""
+        caps = {**ALL_CAPS, **caps}
+        set_caps(q, **caps)
+        self.migrate_params(q, caps["multifd"])
+        state = os.path.join(self.tmp, "state.bin")
+        q.clear_events()
+        return state, caps, time.monotonic()
+
     def migrate_params(self, q, multifd=False):
         params = {"max-bandwidth": BIG_BANDWIDTH, "downtime-limit": self.args.downtime_ms}
         if multifd:
@@ -378,12 +388,7 @@ class Spike:
 
     def run_stop_save(self, q, tag, mapped, multifd):
         """(a) stop -> overlay switch -> save -> cont."""
-        caps = {**ALL_CAPS, "mapped_ram": mapped, "multifd": multifd}
-        set_caps(q, **caps)
-        self.migrate_params(q, multifd)
-        state = os.path.join(self.tmp, "state.bin")
-        q.clear_events()
-        t0 = time.monotonic()
+        state, caps, t0 = self.prepare(q, mapped_ram=mapped, multifd=multifd)
         q.cmd("stop")
         frozen, disk_s = self.snapshot_disk(q, tag)
         q.cmd("migrate", uri="file:" + state)
@@ -398,12 +403,7 @@ class Spike:
         """(b) live pre-copy to a file; overlay switch in the pre-switchover pause; cont.
         tight: no query-migrate inside the stop window: the overlay switch and migrate-continue
         go out together on the pre-switchover event, cont on the completed event."""
-        caps = {**ALL_CAPS, "mapped_ram": mapped, "pause_before_switchover": True}
-        set_caps(q, **caps)
-        self.migrate_params(q)
-        state = os.path.join(self.tmp, "state.bin")
-        q.clear_events()
-        t0 = time.monotonic()
+        state, caps, t0 = self.prepare(q, mapped_ram=mapped, pause_before_switchover=True)
         q.cmd("migrate", uri="file:" + state)
         if tight:
             return self._precopy_tight(q, tag, state, caps, t0)
@@ -461,12 +461,7 @@ class Spike:
 
     def run_background_own(self, q, tag):
         """(c) background-snapshot left to stop and resume the guest itself: no disk switch."""
-        caps = {**ALL_CAPS, "background_snapshot": True}
-        set_caps(q, **caps)
-        self.migrate_params(q)
-        state = os.path.join(self.tmp, "state.bin")
-        q.clear_events()
-        t0 = time.monotonic()
+        state, caps, t0 = self.prepare(q, background_snapshot=True)
         q.cmd("migrate", uri="file:" + state)
         info = self.wait_migration(q)
         total = time.monotonic() - t0
@@ -481,14 +476,9 @@ class Spike:
     def run_shared_copy(self, q, tag, ram):
         """(d) RAM a shared tmpfs file: stop -> overlay switch -> device state only
         (x-ignore-shared) -> copy the RAM file (sparse) -> cont. Forks map the copy privately."""
-        caps = {**ALL_CAPS, "x_ignore_shared": True}
-        set_caps(q, **caps)
-        self.migrate_params(q)
-        state = os.path.join(self.tmp, "state.bin")
         copy = os.path.join(self.shm, f"ram-copy{self.n}")
         self.n += 1
-        q.clear_events()
-        t0 = time.monotonic()
+        state, caps, t0 = self.prepare(q, x_ignore_shared=True)
         q.cmd("stop")
         frozen, disk_s = self.snapshot_disk(q, tag)
         q.cmd("migrate", uri="file:" + state)
@@ -506,12 +496,7 @@ class Spike:
 
     def run_background(self, q, tag):
         """(c) stop -> overlay switch -> background-snapshot started -> cont once it is active."""
-        caps = {**ALL_CAPS, "background_snapshot": True}
-        set_caps(q, **caps)
-        self.migrate_params(q)
-        state = os.path.join(self.tmp, "state.bin")
-        q.clear_events()
-        t0 = time.monotonic()
+        state, caps, t0 = self.prepare(q, background_snapshot=True)
         q.cmd("stop")
         frozen, disk_s = self.snapshot_disk(q, tag)
         q.cmd("migrate", uri="file:" + state)
