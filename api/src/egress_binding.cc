@@ -17,7 +17,7 @@ using nlohmann::json;
 using vmhost::SandboxState;
 
 namespace {
-constexpr char kLog[] = "api";
+constexpr char kEgressLog[] = "api";
 }
 
 EgressBinding::EgressBinding(ApiContext& ctx) : ctx_(ctx) {
@@ -32,7 +32,7 @@ EgressBinding::EgressBinding(ApiContext& ctx) : ctx_(ctx) {
     if (auto text = ReadFile("/etc/resolv.conf", 64 * 1024))
       resolvers = ResolversFromResolvConf(*text);
     if (resolvers.empty())
-      log::Warn(kLog, "no DNS resolver in /etc/resolv.conf: egress will answer SERVFAIL");
+      log::Warn(kEgressLog, "no DNS resolver in /etc/resolv.conf: egress will answer SERVFAIL");
   }
   for (const auto& r : resolvers) {
     auto p = ParseResolver(r);

@@ -24,7 +24,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using asio::ip::tcp;
-constexpr char kLog[] = "http";
+constexpr char kHttpLog[] = "http";
 
 std::optional<std::string> PercentDecode(std::string_view s, bool plus_is_space) {
   std::string out;
@@ -247,7 +247,7 @@ asio::awaitable<void> HttpServer::AcceptLoop() {
     tcp::socket s = co_await acceptor_.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
     if (ec) {
-      log::Warn(kLog, "accept: {}", ec.message());
+      log::Warn(kHttpLog, "accept: {}", ec.message());
       continue;
     }
     if (*connections_ >= options_.max_connections) {

@@ -18,7 +18,7 @@ using vmhost::SandboxState;
 
 namespace {
 
-constexpr char kLog[] = "api";
+constexpr char kLifecycleLog[] = "api";
 
 json TimeOrNull(int64_t ms) {
   return ms ? json(Rfc3339(ms)) : json(nullptr);
@@ -129,7 +129,7 @@ asio::awaitable<void> LifecycleRoutes::Recover() {
     if (!r) continue;
     if (res.adopted) {
       if (auto a = co_await egress_.Attach(r->id, r->slot, r->egress_json); !a)
-        log::Error(kLog, "sandbox {}: egress not re-attached: {} (its guest reaches nothing)",
+        log::Error(kLifecycleLog, "sandbox {}: egress not re-attached: {} (its guest reaches nothing)",
                    r->id, a.error());
       egress_.DetachIfGone(r->id);
       ctx_.sandboxes.Transition(
@@ -346,7 +346,7 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     co_return FromStoreError(added.error());
   }
   SandboxRecord& rec = **added;
-  log::Info(kLog, "sandbox {} created ({}, {:.0f} ms)", rec.id, rec.create_path, ms);
+  log::Info(kLifecycleLog, "sandbox {} created ({}, {:.0f} ms)", rec.id, rec.create_path, ms);
   co_return Json(201, SandboxJson(rec));
 }
 

@@ -36,7 +36,7 @@ using vmhost::SandboxState;
 
 namespace {
 
-constexpr char kLog[] = "recording";
+constexpr char kRecordingLog[] = "recording";
 constexpr auto kSweepEvery = 10min;
 constexpr size_t kReadPiece = 256 * 1024;
 constexpr uint64_t kMaxLiveScan = uint64_t{1} << 30;  // a live segment read to find its whole part
@@ -242,7 +242,7 @@ asio::awaitable<void> RecordingRoutes::LoadIndex(const std::string& id) {
   };
   auto index = co_await OnPool(read_index);
   if (!*alive) co_return;
-  if (!error.empty()) log::Warn(kLog, "sandbox {}: event log: {}", id, error);
+  if (!error.empty()) log::Warn(kRecordingLog, "sandbox {}: event log: {}", id, error);
   auto& now = RecordingOf(id);
   for (const auto& r : now.emitted_while_loading) index.Apply(r);
   now.emitted_while_loading.clear();
@@ -392,7 +392,7 @@ asio::awaitable<void> RecordingRoutes::StartRecorder(std::string id) {
   live->mirror->SetOnUpdate([this, id] { OnUpdate(id); });
   bool ready = live->mirror->ready();
   live_.emplace(id, std::move(live));
-  log::Info(kLog, "sandbox {}: recording from segment {}", id, first);
+  log::Info(kRecordingLog, "sandbox {}: recording from segment {}", id, first);
   if (ready) Offer(id);
 }
 
@@ -410,7 +410,7 @@ void RecordingRoutes::StopRecorder(const std::string& id, int64_t end_ms) {
 }
 
 void RecordingRoutes::Fail(const std::string& id, const std::string& why) {
-  log::Warn(kLog, "sandbox {}: recording stopped: {}", id, why);
+  log::Warn(kRecordingLog, "sandbox {}: recording stopped: {}", id, why);
   auto& rec = RecordingOf(id);
   rec.problem = why;
   ++totals_.failures;
@@ -605,7 +605,7 @@ asio::awaitable<void> RecordingRoutes::RemoveAll(const std::string& id, const st
   r.set_detail(why);
   Emit(id, std::move(r));
   co_await RemoveBelow(id, below);
-  log::Info(kLog, "sandbox {}: recording removed: {}", id, why);
+  log::Info(kRecordingLog, "sandbox {}: recording removed: {}", id, why);
 }
 
 asio::awaitable<void> RecordingRoutes::Shutdown() {
@@ -749,7 +749,7 @@ HttpResponse Serve(Call& c, ServedBody body, asio::thread_pool& pool, asio::any_
       auto n = (*read)(first + done, std::span<char>(buf.data(), want));
       co_await asio::post(ex, asio::use_awaitable);
       if (!*alive || !n || *n == 0) {
-        if (!n) log::Warn(kLog, "{}", n.error());
+        if (!n) log::Warn(kRecordingLog, "{}", n.error());
         w.Abort();
         co_return;
       }
@@ -798,7 +798,7 @@ Reply RecordingRoutes::GetJoined(Call& c) {
   if (!planned.plan)
     co_return Error(500, "internal", "joining the recording: " + planned.plan.error().message);
   if (planned.plan->joined_inputs < planned.inputs.size())
-    log::Warn(kLog, "sandbox {}: recording.mp4 ends after {} of {} segments: {}", c.id,
+    log::Warn(kRecordingLog, "sandbox {}: recording.mp4 ends after {} of {} segments: {}", c.id,
               planned.plan->joined_inputs, planned.inputs.size(), planned.plan->stopped_because);
   std::string tag;
   for (const auto& in : planned.inputs) tag += fmt::format("{}:{};", in.path, in.length);

@@ -12,7 +12,7 @@ namespace deskbox::api {
 
 namespace {
 
-constexpr char kLog[] = "api";
+constexpr char kRouterLog[] = "api";
 
 std::vector<std::string_view> Segments(std::string_view path) {
   std::vector<std::string_view> out;
@@ -175,7 +175,7 @@ Reply Router::Handle(Exchange& ex) {
   metrics_.CountRequest(std::string(ex.method_string()), label, res.status);
   double ms = std::chrono::duration<double, std::milli>(clock_.Steady() - t0).count();
   // The path only: query strings may carry tokens, which never reach a log.
-  log::Info(kLog, "{} {} {} {} {:.1f} ms {}", call.request_id, std::string(ex.method_string()),
+  log::Info(kRouterLog, "{} {} {} {} {:.1f} ms {}", call.request_id, std::string(ex.method_string()),
             label, res.status, ms, call.principal.id);
   co_return res;
 }

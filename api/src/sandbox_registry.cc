@@ -14,7 +14,7 @@ namespace asio = boost::asio;
 using vmhost::SandboxState;
 
 namespace {
-constexpr char kLog[] = "api";
+constexpr char kRegistryLog[] = "api";
 }
 
 bool IsAlive(SandboxState s) {
@@ -58,7 +58,7 @@ std::expected<void, StoreError> SandboxRegistry::Save(SandboxRecord& r) {
   r.updated_at_ms = clock_.NowMs();
   if (auto s = store_.PutSandbox(r); !s) {
     r.updated_at_ms = before;
-    log::Error(kLog, "sandbox {}: {}", r.id, s.error().message);
+    log::Error(kRegistryLog, "sandbox {}: {}", r.id, s.error().message);
     return s;
   }
   unsaved_.erase(r.id);
@@ -81,7 +81,7 @@ size_t SandboxRegistry::SaveUnsaved() {
       ++it;
       continue;
     }
-    log::Info(kLog, "sandbox {}: written again after a failed write", rec->first);
+    log::Info(kRegistryLog, "sandbox {}: written again after a failed write", rec->first);
     it = unsaved_.erase(it);
   }
   return unsaved_.size();
@@ -92,7 +92,7 @@ std::expected<SandboxRecord*, StoreError> SandboxRegistry::Add(SandboxRecord r, 
   SandboxState to = r.state;
   r.updated_at_ms = clock_.NowMs();
   if (auto s = store_.PutSandbox(r); !s) {
-    log::Error(kLog, "sandbox {}: {}", id, s.error().message);
+    log::Error(kRegistryLog, "sandbox {}: {}", id, s.error().message);
     return std::unexpected(s.error());
   }
   SandboxRecord& rec = records_[id] = std::move(r);
@@ -111,7 +111,7 @@ std::expected<SandboxRecord*, StoreError> SandboxRegistry::Add(SandboxRecord r, 
 bool SandboxRegistry::Transition(SandboxRecord& r, SandboxState to, TransitionCause cause) {
   SandboxState from = r.state;
   if (to != from && !vmhost::CanTransition(from, to)) {
-    log::Error(kLog, "sandbox {}: refused transition {} → {} ({})", r.id, vmhost::ToString(from),
+    log::Error(kRegistryLog, "sandbox {}: refused transition {} → {} ({})", r.id, vmhost::ToString(from),
                vmhost::ToString(to), cause.reason);
     return false;
   }

@@ -16,7 +16,7 @@ using namespace std::chrono_literals;
 using vmhost::SandboxState;
 
 namespace {
-constexpr char kLog[] = "api";
+constexpr char kClockLog[] = "api";
 }
 
 void TimeoutClock::Start() {
@@ -74,9 +74,9 @@ asio::awaitable<void> TimeoutClock::Tick() {
           *r, action == "stop" ? SandboxState::kStopped : SandboxState::kPaused,
           {.reason = "timeout",
            .detail = fmt::format("timeout_s={} expired; on_timeout={}", r->timeout_s, action)});
-      log::Info(kLog, "sandbox {}: timeout, {}", id, vmhost::ToString(r->state));
+      log::Info(kClockLog, "sandbox {}: timeout, {}", id, vmhost::ToString(r->state));
     } else if (!done) {
-      log::Warn(kLog, "sandbox {}: timeout {} failed: {}", id, action, detail);
+      log::Warn(kClockLog, "sandbox {}: timeout {} failed: {}", id, action, detail);
       r->expires_at_ms = ctx_.clock.NowMs() + 5000;  // try again shortly rather than spin
     }
   }

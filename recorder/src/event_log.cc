@@ -16,7 +16,7 @@
 
 namespace deskbox::recorder {
 namespace {
-constexpr char kLog[] = "recorder";
+constexpr char kEventsLog[] = "recorder";
 constexpr char kMagic[8] = {'D', 'B', 'X', 'E', 'V', 'T', '1', '\0'};
 constexpr size_t kFixedHeader = 16;  // magic, version, id length
 constexpr size_t kHash = 32;
@@ -586,7 +586,7 @@ std::expected<std::unique_ptr<EventLogWriter>, EventLogError> EventLogWriter::Op
   if (::ftruncate(w->fd_.get(), static_cast<off_t>(at)) != 0 || ::fsync(w->fd_.get()) != 0)
     return std::unexpected(IoError(fmt::format("truncating {}", path), errno));
   w->truncated_bytes_ = size - at;
-  log::Warn(kLog, "cut a torn tail of {} bytes: {}; continuing at seq {}", size - at,
+  log::Warn(kEventsLog, "cut a torn tail of {} bytes: {}; continuing at seq {}", size - at,
             damage->message, w->next_seq());
   return w;
 }

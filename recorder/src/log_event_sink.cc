@@ -10,7 +10,7 @@
 
 namespace deskbox::recorder {
 namespace {
-constexpr char kLog[] = "recorder";
+constexpr char kSinkLog[] = "recorder";
 // A log that could not be opened (corrupt, unreadable) is tried again after this long; events
 // for it meanwhile count as write errors.
 constexpr auto kReopenBackoff = std::chrono::seconds(10);
@@ -195,7 +195,7 @@ void LogEventSink::WriteOne(Event e, std::vector<std::shared_ptr<const Event>>& 
   auto r = w->Append(e);
   if (!r) {
     write_errors_.fetch_add(1, std::memory_order_relaxed);
-    log::Error(kLog, "dropping an event of {}: {}", sandbox_id, r.error().message);
+    log::Error(kSinkLog, "dropping an event of {}: {}", sandbox_id, r.error().message);
     // After an I/O error the writer refuses more; reopening re-verifies the file.
     if (r.error().code == EventLogError::Code::kIo) CloseLog(sandbox_id);
     return;
@@ -232,7 +232,7 @@ EventLogWriter* LogEventSink::WriterFor(const std::string& sandbox_id) {
   auto w = EventLogWriter::Open(LogPath(sandbox_id), sandbox_id,
                                 {.sync = options_.sync, .sync_interval = options_.sync_interval});
   if (!w) {
-    log::Error(kLog, "cannot open the event log of {}: {}", sandbox_id, w.error().message);
+    log::Error(kSinkLog, "cannot open the event log of {}: {}", sandbox_id, w.error().message);
     open_failed_[sandbox_id] = now;
     return nullptr;
   }
@@ -254,7 +254,7 @@ void LogEventSink::CloseLog(const std::string& sandbox_id) {
   auto it = logs_.find(sandbox_id);
   if (it == logs_.end()) return;
   if (auto s = it->second.writer->Sync(); !s)
-    log::Error(kLog, "closing the event log of {}: {}", sandbox_id, s.error().message);
+    log::Error(kSinkLog, "closing the event log of {}: {}", sandbox_id, s.error().message);
   logs_.erase(it);
 }
 
@@ -269,7 +269,7 @@ void LogEventSink::SyncLogs(bool all) {
   for (auto& [id, log] : logs_) {
     auto s = all ? log.writer->Sync() : log.writer->SyncIfDue();
     if (!s) {
-      log::Error(kLog, "syncing the event log of {}: {}", id, s.error().message);
+      log::Error(kSinkLog, "syncing the event log of {}: {}", id, s.error().message);
       failed.push_back(id);
     }
   }

@@ -15,7 +15,7 @@
 namespace deskbox::recorder {
 
 namespace {
-constexpr char kLog[] = "recorder";
+constexpr char kRecorderLog[] = "recorder";
 constexpr size_t kMaxSegmentBytes = size_t{4} << 30;  // a repair reads at most this much
 
 std::string SegmentPath(const std::string& dir, uint32_t index) { return fmt::format("{}/{:06}.mp4", dir, index); }
@@ -206,7 +206,7 @@ void ScreenRecorder::Report() {
 }
 
 void ScreenRecorder::Failed(const std::string& what) {
-  log::Warn(kLog, "{}: {}", settings_.dir, what);
+  log::Warn(kRecorderLog, "{}: {}", settings_.dir, what);
   {
     std::lock_guard lk(mu_);
     stats_.last_error = what;
@@ -242,7 +242,7 @@ std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const s
     auto cut = CutToWhole(p.string(), *scanned);
     if (!cut) return std::unexpected(cut.error());
     if (!*cut) {
-      log::Warn(kLog, "{}: nothing of it plays; removed", p.string());
+      log::Warn(kRecorderLog, "{}: nothing of it plays; removed", p.string());
       continue;
     }
     FinishedSegment s;
@@ -251,7 +251,7 @@ std::expected<std::vector<FinishedSegment>, EncoderError> RepairSegments(const s
     s.bytes = (*cut)->whole_length;
     s.truncated = true;
     if (auto digest = Sha256File(s.path)) s.sha256 = ToHex(*digest);
-    log::Info(kLog, "{}: cut back to its {} whole fragments ({} bytes)", s.path, (*cut)->fragments, s.bytes);
+    log::Info(kRecorderLog, "{}: cut back to its {} whole fragments ({} bytes)", s.path, (*cut)->fragments, s.bytes);
     repaired.push_back(std::move(s));
   }
   return repaired;

@@ -38,7 +38,7 @@ using namespace jailer_util;
 
 namespace {
 
-constexpr char kLog[] = "jailer";
+constexpr char kLaunchLog[] = "jailer";
 constexpr auto kStartTimeout = std::chrono::seconds(20);
 
 std::unexpected<JailerServer::Reply> Refuse(int code, std::string message) {
@@ -280,7 +280,7 @@ std::expected<pid_t, JailerServer::Reply> JailerServer::StartJailed(LaunchPlan& 
   }
   UniqueFd err_r(err_pipe[0]), err_w(err_pipe[1]);
   std::vector<std::string> argv = BuildQemuArgv(plan.spec);
-  log::Debug(kLog, "slot {}: {}", slot, JoinArgv(argv));
+  log::Debug(kLaunchLog, "slot {}: {}", slot, JoinArgv(argv));
   std::vector<std::string> envs = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
   ChildPlan child{netns_fd, tap_fd, log_fd, err_w.get(), null_fd.get(), {}, &plan.expose,
                   cgroups_->ProcsFiles(CgroupName(slot)), plan.uid, {}, {}};
@@ -421,7 +421,7 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
   (void)WriteFileAtomic(plan.slot_dir + "/qemu.pid", std::to_string(*pid) + "\n", 0644);
   auto handles = AwaitQemu(plan, *pid, log_path);
   if (!handles) return std::move(handles.error());
-  log::Info(kLog, "slot {}: QEMU pid {} started ({})", plan.slot, *pid,
+  log::Info(kLaunchLog, "slot {}: QEMU pid {} started ({})", plan.slot, *pid,
             spec.incoming_defer ? "incoming " + plan.template_name : "boot");
   Reply reply = Ok();
   reply.response.mutable_launch()->set_pid(*pid);

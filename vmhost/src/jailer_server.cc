@@ -50,7 +50,7 @@ namespace {
 using namespace jailer_util;
 using jailer::v1::Request;
 using jailer::v1::Response;
-constexpr char kLog[] = "jailer";
+constexpr char kJailerLog[] = "jailer";
 
 std::string NetnsRuleset() {
   // Nothing leaves the slot's netns by routing: there is no route out. What the guest sends is
@@ -165,7 +165,7 @@ JailerServer::Reply JailerServer::CreateSlot(const jailer::v1::CreateSlot& r) {
   if (auto e = RunTool({"ip", "-n", ns, "-batch", "-"}, batch); !e) return cleanup_fail(e.error());
   if (auto e = RunTool({"ip", "netns", "exec", ns, "nft", "-f", "-"}, NetnsRuleset()); !e)
     return cleanup_fail(e.error());
-  log::Info(kLog, "slot {} network ready ({})", r.slot(), ns);
+  log::Info(kJailerLog, "slot {} network ready ({})", r.slot(), ns);
   return Ok();
 }
 
@@ -398,7 +398,7 @@ JailerServer::Reply JailerServer::DestroySlot(const jailer::v1::DestroySlot& r) 
   // What a QEMU that died by itself said is lost with the slot directory: keep its last words.
   if (exited_by_itself) {
     if (std::string tail = TailOf(SlotDir(slot) + "/qemu.log", 800); !tail.empty())
-      log::Warn(kLog, "slot {}: QEMU had exited; qemu.log: {}", slot, tail);
+      log::Warn(kJailerLog, "slot {}: QEMU had exited; qemu.log: {}", slot, tail);
   }
   std::string errors;
   if (auto e = cgroups_->Remove(CgroupName(slot)); !e) errors += e.error() + "; ";
@@ -408,7 +408,7 @@ JailerServer::Reply JailerServer::DestroySlot(const jailer::v1::DestroySlot& r) 
   }
   if (auto e = RemoveTree(SlotDir(slot)); !e) errors += "removing slot dir: " + ErrnoString(e.error());
   if (!errors.empty()) return Fail(EIO, errors);
-  log::Info(kLog, "slot {} destroyed", slot);
+  log::Info(kJailerLog, "slot {} destroyed", slot);
   return Ok();
 }
 
@@ -455,7 +455,7 @@ void JailerServer::ReapChildren() {
     if (pid <= 0) return;
     for (auto& [slot, s] : slots_) {
       if (s.qemu_pid == pid) {
-        log::Warn(kLog, "slot {}: QEMU pid {} exited (status {:#x})", slot, pid, status);
+        log::Warn(kJailerLog, "slot {}: QEMU pid {} exited (status {:#x})", slot, pid, status);
         s.qemu_pid = 0;
       }
     }
@@ -464,7 +464,7 @@ void JailerServer::ReapChildren() {
 
 int JailerServer::Run() {
   if (::geteuid() != 0) {
-    log::Error(kLog, "must run as root");
+    log::Error(kJailerLog, "must run as root");
     return 1;
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -481,16 +481,16 @@ int JailerServer::Run() {
   std::filesystem::create_directories(dir, ec);
   std::filesystem::create_directories(config_.state_dir + "/slots", ec);
   if (ec) {
-    log::Error(kLog, "creating {}/slots: {}", config_.state_dir, ec.message());
+    log::Error(kJailerLog, "creating {}/slots: {}", config_.state_dir, ec.message());
     return 1;
   }
   if (!config_.tcg_trim_plugin.empty()) {
     if (::access(config_.tcg_trim_plugin.c_str(), R_OK) != 0) {
-      log::Warn(kLog, "{}: {}; idle sandboxes keep their translation cache",
+      log::Warn(kJailerLog, "{}: {}; idle sandboxes keep their translation cache",
                 config_.tcg_trim_plugin, ErrnoString(errno));
       config_.tcg_trim_plugin.clear();
     } else if (auto ok = CheckTcgTrimPlugin(config_.qemu_binary, config_.tcg_trim_plugin); !ok) {
-      log::Warn(kLog, "{} does not load {}: {}; idle sandboxes keep their translation cache",
+      log::Warn(kJailerLog, "{} does not load {}: {}; idle sandboxes keep their translation cache",
                 config_.qemu_binary, config_.tcg_trim_plugin, ok.error());
       config_.tcg_trim_plugin.clear();
     }
@@ -501,26 +501,26 @@ int JailerServer::Run() {
   for (const auto& s : found.response.slots().slots()) {
     if (s.qemu_pid() <= 0) continue;
     slots_[s.slot()] = Slot{static_cast<pid_t>(s.qemu_pid()), ""};
-    log::Info(kLog, "slot {}: QEMU pid {} runs on from before this jailer", s.slot(), s.qemu_pid());
+    log::Info(kJailerLog, "slot {}: QEMU pid {} runs on from before this jailer", s.slot(), s.qemu_pid());
   }
   ::unlink(config_.socket_path.c_str());
   UniqueFd listener(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (config_.socket_path.size() >= sizeof addr.sun_path) {
-    log::Error(kLog, "socket path too long: {}", config_.socket_path);
+    log::Error(kJailerLog, "socket path too long: {}", config_.socket_path);
     return 1;
   }
   std::strncpy(addr.sun_path, config_.socket_path.c_str(), sizeof addr.sun_path - 1);
   if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
       ::listen(listener.get(), 16) != 0) {
-    log::Error(kLog, "listen on {}: {}", config_.socket_path, ErrnoString(errno));
+    log::Error(kJailerLog, "listen on {}: {}", config_.socket_path, ErrnoString(errno));
     return 1;
   }
   ::chown(config_.socket_path.c_str(), 0, config_.socket_gid);
   ::chmod(config_.socket_path.c_str(), config_.socket_gid ? 0660 : 0600);
   if (config_.client_uid != 0) ::chown(config_.socket_path.c_str(), config_.client_uid, config_.socket_gid);
-  log::Info(kLog, "listening on {} (cgroup {}, slots uid {}+)", config_.socket_path,
+  log::Info(kJailerLog, "listening on {} (cgroup {}, slots uid {}+)", config_.socket_path,
             cgroups_->version(), config_.uid_base);
 
   std::vector<UniqueFd> clients;
@@ -529,7 +529,7 @@ int JailerServer::Run() {
     for (auto& c : clients) fds.push_back({c.get(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      log::Error(kLog, "poll: {}", ErrnoString(errno));
+      log::Error(kJailerLog, "poll: {}", ErrnoString(errno));
       return 1;
     }
     if (fds[0].revents & POLLIN) {
@@ -543,22 +543,22 @@ int JailerServer::Run() {
             auto live = ListSlots();
             if (live.response.slots().slots().empty()) {
               // Nothing for a successor to adopt: leave no empty cgroups behind.
-              if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kLog, "removing the cgroup subtree: {}", r.error());
-              log::Info(kLog, "signal {}: exiting (no slots were live)", si.ssi_signo);
+              if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kJailerLog, "removing the cgroup subtree: {}", r.error());
+              log::Info(kJailerLog, "signal {}: exiting (no slots were live)", si.ssi_signo);
             } else {
-              log::Info(kLog, "signal {}: exiting ({} QEMU processes keep running)", si.ssi_signo,
+              log::Info(kJailerLog, "signal {}: exiting ({} QEMU processes keep running)", si.ssi_signo,
                         live.response.slots().slots().size());
             }
             return 0;
           }
-          log::Info(kLog, "signal {}: destroying every slot, then exiting", si.ssi_signo);
+          log::Info(kJailerLog, "signal {}: destroying every slot, then exiting", si.ssi_signo);
           auto list = ListSlots();
           for (const auto& s : list.response.slots().slots()) {
             jailer::v1::DestroySlot d;
             d.set_slot(s.slot());
             DestroySlot(d);
           }
-          if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kLog, "removing the cgroup subtree: {}", r.error());
+          if (auto r = cgroups_->RemoveSubtree(); !r) log::Warn(kJailerLog, "removing the cgroup subtree: {}", r.error());
           return 0;
         }
       }
@@ -571,7 +571,7 @@ int JailerServer::Run() {
           (cred.uid == 0 || cred.uid == config_.client_uid)) {
         clients.push_back(std::move(c));
       } else if (c) {
-        log::Warn(kLog, "refused a client with uid {}", cred.uid);
+        log::Warn(kJailerLog, "refused a client with uid {}", cred.uid);
       }
     }
     for (size_t i = 2; i < fds.size(); ++i) {
@@ -589,7 +589,7 @@ int JailerServer::Run() {
       } else {
         reply = Handle(req);
       }
-      if (!reply.response.ok()) log::Warn(kLog, "request {} failed: {}", req.id(), reply.response.error());
+      if (!reply.response.ok()) log::Warn(kJailerLog, "request {} failed: {}", req.id(), reply.response.error());
       std::vector<int> raw;
       for (auto& f : reply.fds) raw.push_back(f.get());
       if (!SendDatagram(c.get(), reply.response.SerializeAsString(), raw)) c.reset();

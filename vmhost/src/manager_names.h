@@ -4,6 +4,9 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
+
+#include "vmhost/sandbox_host.h"
 
 namespace deskbox::vmhost {
 
@@ -14,6 +17,7 @@ using nlohmann::json;
 
 namespace manager {
 inline constexpr char kLog[] = "vmhost";
+inline VmError JailerErr(std::string m) { return {VmError::Code::kJailer, std::move(m)}; }
 }  // namespace manager
 
 }  // namespace deskbox::vmhost

@@ -26,8 +26,8 @@
 namespace deskbox::vmhost {
 
 namespace {
+using manager::JailerErr;
 using manager::kLog;
-VmError JailerErr(std::string m) { return {VmError::Code::kJailer, std::move(m)}; }
 }  // namespace
 
 asio::awaitable<std::expected<void, VmError>> SandboxManager::RefreshBrowser(Sandbox& sb) {

@@ -39,9 +39,7 @@ std::string_view ToString(CreatePath p) {
   return "?";
 }
 
-namespace {
-VmError JailerErr(std::string m) { return {VmError::Code::kJailer, std::move(m)}; }
-}  // namespace
+using manager::JailerErr;
 
 SandboxManager::SandboxManager(asio::any_io_executor executor, Jailer& jailer, VmHostConfig config)
     : executor_(executor),

@@ -11,7 +11,7 @@ namespace deskbox::vmhost {
 namespace asio = boost::asio;
 
 namespace {
-constexpr char kLog[] = "vmhost";
+constexpr char kSlotLog[] = "vmhost";
 }  // namespace
 
 asio::awaitable<std::expected<JailerResult, VmError>> CallJailer(Jailer& jailer,
@@ -77,11 +77,11 @@ asio::awaitable<void> SlotPool::Release(uint32_t slot) {
   if (!r) {
     // Its QEMU may still run: reusing the slot now would put a second VM beside it.
     if (set_aside_.insert(slot).second)
-      log::Warn(kLog, "releasing slot {}: {}; set aside until the jailer destroys it", slot,
+      log::Warn(kSlotLog, "releasing slot {}: {}; set aside until the jailer destroys it", slot,
                 r.error().message);
     co_return;
   }
-  if (set_aside_.erase(slot)) log::Info(kLog, "slot {}: destroyed after all", slot);
+  if (set_aside_.erase(slot)) log::Info(kSlotLog, "slot {}: destroyed after all", slot);
   free_.insert(slot);
 }
 

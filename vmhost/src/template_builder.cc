@@ -26,7 +26,7 @@ namespace deskbox::vmhost {
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
 using nlohmann::json;
-constexpr char kLog[] = "template";
+constexpr char kTemplateLog[] = "template";
 
 std::string QemuVersion(const std::string& binary) {
   auto r = RunCommand({binary, "--version"}, {}, 10s);
@@ -77,7 +77,7 @@ asio::awaitable<std::expected<bool, std::string>> WaitDesktopSettled(AgentClient
     if (!rr) co_return std::unexpected("agent ready: " + rr.error().message);
     report = rr->ready();
     if (report.ready()) co_return true;
-    log::Info(kLog, "not ready yet: x={} cdp={} paint={} settled={} idle={:.2f}", report.x_ready(),
+    log::Info(kTemplateLog, "not ready yet: x={} cdp={} paint={} settled={} idle={:.2f}", report.x_ready(),
               report.cdp_ready(), report.first_paint(), report.settled(), report.idle_fraction());
   }
   co_return false;
@@ -128,7 +128,7 @@ asio::awaitable<std::expected<BootedVm, std::string>> BootOnce(Jailer& jailer,
   if (!pinged)
     co_return std::unexpected(fmt::format("the guest agent did not answer within {} s",
                                           std::min(o.agent_timeout, o.boot_timeout).count()));
-  log::Info(kLog, "agent answered; waiting for the desktop to be ready and idle");
+  log::Info(kTemplateLog, "agent answered; waiting for the desktop to be ready and idle");
   auto settled = co_await WaitDesktopSettled(*vm.agent, deadline, vm.report);
   if (!settled) co_return std::unexpected(settled.error());
   if (*settled) co_return vm;
@@ -191,10 +191,10 @@ asio::awaitable<std::expected<std::string, std::string>> BuildTemplate(Jailer& j
   std::string templates = o.cache_dir + "/templates";
   std::string final_dir = templates + "/" + dir_name;
   if (auto m = OpenTemplate(final_dir, VerifyMode::kQuick)) {
-    log::Info(kLog, "template {} exists", final_dir);
+    log::Info(kTemplateLog, "template {} exists", final_dir);
     co_return dir_name;
   } else if (m.error().code != TemplateError::Code::kNotFound) {
-    log::Warn(kLog, "existing {} is invalid ({}); rebuilding", final_dir, m.error().message);
+    log::Warn(kTemplateLog, "existing {} is invalid ({}); rebuilding", final_dir, m.error().message);
     (void)RemoveTree(final_dir);
   } else if (::access(final_dir.c_str(), F_OK) == 0) {
     (void)RemoveTree(final_dir);  // a directory without a manifest is an interrupted build
@@ -212,13 +212,13 @@ asio::awaitable<std::expected<std::string, std::string>> BuildTemplate(Jailer& j
     std::string staging = ".staging-" + dir_name.substr(dir_name.find('@') + 1) + "-" + ToHex(rnd);
     std::string staging_dir = templates + "/" + staging;
     auto t0 = std::chrono::steady_clock::now();
-    log::Info(kLog, "booting image {} ({} MiB, {} vCPU, -cpu {}, {}), attempt {}/{}", o.image_name,
+    log::Info(kTemplateLog, "booting image {} ({} MiB, {} vCPU, -cpu {}, {}), attempt {}/{}", o.image_name,
               o.memory_mib, o.smp, o.cpu_model, accel, attempt, o.attempts);
     auto vm = co_await BootOnce(jailer, o, accel, staging);
     std::expected<void, std::string> snap;
     if (vm) {
       auto booted = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log::Info(kLog, "desktop ready after {:.1f} s (chromium {}), snapshotting", booted,
+      log::Info(kTemplateLog, "desktop ready after {:.1f} s (chromium {}), snapshotting", booted,
                 vm->report.chromium_version());
       auto prepared = co_await PrepareForSnapshot(*vm, o);
       snap = prepared ? co_await Snapshot(*vm, staging_dir) : std::unexpected(prepared.error());
@@ -255,11 +255,11 @@ asio::awaitable<std::expected<std::string, std::string>> BuildTemplate(Jailer& j
         (void)RemoveTree(staging_dir);
         co_return std::unexpected("publishing the template: " + err);
       }
-      log::Info(kLog, "template ready: {}", final_dir);
+      log::Info(kTemplateLog, "template ready: {}", final_dir);
       co_return dir_name;
     }
     last_error = vm ? snap.error() : vm.error();
-    log::Warn(kLog, "attempt {} failed: {}", attempt, last_error);
+    log::Warn(kTemplateLog, "attempt {} failed: {}", attempt, last_error);
     (void)RemoveTree(staging_dir);
   }
   co_return std::unexpected(fmt::format("template build failed after {} attempts: {}", o.attempts, last_error));

@@ -17,7 +17,7 @@ namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 namespace {
-constexpr const char* kLog = "vnc-bridge";
+constexpr const char* kMirrorLog = "vnc-bridge";
 constexpr size_t kMaxPendingOutput = 1 << 20;  // input the guest has not read yet
 constexpr size_t kHistory = 512;
 
@@ -88,7 +88,7 @@ asio::awaitable<void> FrameMirror::Run() {
       auto ended = co_await Session(*sock);
       if (!ended) last_error_ = std::move(ended.error());
       if (stopped_) break;
-      log::Info(kLog, "{}: screen connection ended ({}); reconnecting", name_, last_error_.message);
+      log::Info(kMirrorLog, "{}: screen connection ended ({}); reconnecting", name_, last_error_.message);
       delay = 100ms;
     }
     Notify();
@@ -119,7 +119,7 @@ asio::awaitable<std::expected<void, Error>> FrameMirror::Session(asio::ip::tcp::
       if (auto r = client_->Feed(std::span<const uint8_t>(buf.data(), n)); !r) {
         result = std::unexpected(
             Error{r.error().code, "the guest's screen broke the protocol: " + r.error().message});
-        log::Warn(kLog, "{}: {}", name_, result.error().message);
+        log::Warn(kMirrorLog, "{}: {}", name_, result.error().message);
         break;
       }
       auto updates = client_->TakeUpdates();

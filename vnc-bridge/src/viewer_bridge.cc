@@ -29,7 +29,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 using namespace std::chrono_literals;
-constexpr char kLog[] = "viewer";
+constexpr char kViewerLog[] = "viewer";
 
 using Ws = websocket::stream<beast::tcp_stream>;
 
@@ -134,7 +134,7 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
   s->actor = actor;
   s->request_id = request_id;
   sessions_[sandbox_id].insert(s.get());
-  log::Info(kLog, "sandbox {}: viewer {} connected ({}; {} viewing)", sandbox_id, actor.id(),
+  log::Info(kViewerLog, "sandbox {}: viewer {} connected ({}; {} viewing)", sandbox_id, actor.id(),
             may_control ? "may control" : "view only", Viewers(sandbox_id));
   asio::co_spawn(executor_, ViewerToGuest(s), asio::detached);
   co_await GuestToViewer(s);
@@ -150,7 +150,7 @@ asio::awaitable<void> ViewerBridge::Run(beast::tcp_stream stream, http::request<
     it->second.erase(s.get());
     if (it->second.empty()) sessions_.erase(it);
   }
-  log::Info(kLog, "sandbox {}: viewer {} disconnected{}", sandbox_id, actor.id(),
+  log::Info(kViewerLog, "sandbox {}: viewer {} disconnected{}", sandbox_id, actor.id(),
             s->close_reason.empty() ? "" : " (" + s->close_reason + ")");
 }
 
@@ -172,7 +172,7 @@ asio::awaitable<void> ViewerBridge::ViewerToGuest(std::shared_ptr<Session> s) {
     s->pending.clipboard += counts.clipboard;
     Report(*s, false);
     if (!fed) {
-      log::Warn(kLog, "sandbox {}: viewer {} refused: {}", s->sandbox_id, s->actor.id(),
+      log::Warn(kViewerLog, "sandbox {}: viewer {} refused: {}", s->sandbox_id, s->actor.id(),
                 fed.error().message);
       if (s->close_reason.empty()) s->close_reason = fed.error().message;
       boost::system::error_code cec;
@@ -286,7 +286,7 @@ asio::awaitable<std::expected<ViewerBridge::Greeted, Error>> ViewerBridge::DialG
       last = {ErrorCode::kTimeout, "no greeting from the screen"};
     else
       last = {ec == asio::error::eof ? ErrorCode::kClosed : ErrorCode::kIo, ec.message()};
-    log::Warn(kLog, "sandbox {}: viewer connection {} of {}: {}", sandbox_id, attempt, kAttempts,
+    log::Warn(kViewerLog, "sandbox {}: viewer connection {} of {}: {}", sandbox_id, attempt, kAttempts,
               last.message);
     boost::system::error_code cec;
     sock->close(cec);
