@@ -479,9 +479,13 @@ def summarize(off, on, pss, args):
                             "errors": off[kind]["errors"] + on[kind]["errors"]}
         verdict = ""
         if target is not None:
+            # A share of a core is an absolute figure: a busy host moves it. It gates the long
+            # run (--long-run); CI reports it (the same-run ratios below gate CI).
             ok = d <= target
-            fig["targets"][f"{kind}_cpu"] = {"value": d, "target": target, "ok": ok}
-            verdict = f"   (target <= {target * 100:.1f}%) {'ok' if ok else 'MISSED'}"
+            fig["targets"][f"{kind}_cpu"] = {"value": d, "target": target, "ok": ok, "kind": "absolute",
+                                             "checked": bool(args.long_run)}
+            verdict = (f"   (target <= {target * 100:.1f}%) {'ok' if ok else 'MISSED'}"
+                       f"{'' if args.long_run else ' (not checked in CI)'}")
         lines.append(f"  {kind:7} deskboxd {off[kind]['deskboxd_cores'] * 100:6.2f}% -> {on[kind]['deskboxd_cores'] * 100:6.2f}%"
                      f"   recorder {d * 100:6.2f}% per sandbox{verdict}"
                      f"   (QEMU {off[kind]['qemu_cores_per_sandbox'] * 100:.1f}% -> {on[kind]['qemu_cores_per_sandbox'] * 100:.1f}%)")
@@ -664,6 +668,9 @@ def main():
     ap.add_argument("--sandboxes", type=int, default=1, help="sandboxes per group, at once (default 1)")
     ap.add_argument("--save", help="keep two PNG screenshots and the recordings here")
     ap.add_argument("--out", default="/tmp/recording_bench.json")
+    ap.add_argument("--long-run", action="store_true",
+                    help="also fail on the absolute CPU targets (the recorder's share of a core while "
+                         "typing and on a still screen); without it they are reported only")
     args = ap.parse_args()
     t_start = time.monotonic()
 
@@ -682,7 +689,7 @@ def main():
                 # deskboxd's log beside the figures: the recorder's warnings, if any, are there.
                 figures["deskboxd_log"] = os.path.splitext(args.out)[0] + ".deskboxd.log"
                 shutil.copy(dbx.daemon_log, figures["deskboxd_log"])
-        missed = [k for k, v in figures["targets"].items() if not v["ok"]]
+        missed = [k for k, v in figures["targets"].items() if not v["ok"] and v.get("checked", True)]
         figures["ok"] = not missed
         print(f"\ntargets: {'all met' if not missed else 'MISSED ' + ', '.join(missed)}"
               f"   ({time.monotonic() - t_start:.0f} s)")
