@@ -26,7 +26,7 @@ asio::awaitable<std::expected<std::shared_ptr<Sandbox>, VmError>> SandboxManager
   auto r = co_await CallJailer(jailer_, std::move(req));
   if (!r) co_return std::unexpected(r.error());
   if (r->fds.size() != 3)
-    co_return std::unexpected(VmError{VmError::Code::kJailer, "launch returned no sockets"});
+    co_return std::unexpected(manager::JailerErr("launch returned no sockets"));
   auto sb = std::make_shared<Sandbox>();
   sb->slot_ = slot;
   sb->qemu_pid_ = r->response.launch().pid();
