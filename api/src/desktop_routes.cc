@@ -36,8 +36,10 @@ namespace cu = computer_use;
 namespace {
 
 constexpr auto kMirrorReadyTimeout = 20s;
-// How long a paste's text stays on the guest's clipboard before the next paste may replace it.
-constexpr auto kPasteHold = 600ms;
+// The guest's X helper for typing (desktop-images/x11/main.cc).
+constexpr std::string_view kX11Helper = "/usr/lib/deskbox/deskbox-x11";
+// How long Xvnc may take to confirm that it has handled the keys sent before a paste.
+constexpr auto kInputFenceTimeout = 10s;
 
 // The declared display (or the screen's own size) over the mirror's screen as it is now. The
 // screen size is copied: the framebuffer is replaced if the connection is re-made meanwhile.
@@ -122,10 +124,6 @@ void DesktopRoutes::Register(Router& router) {
       &DesktopRoutes::ComputerOpenAi);
 }
 
-void DesktopRoutes::OnSandboxState(const SandboxRecord& r, SandboxState) {
-  if (r.state != SandboxState::kRunning) last_paste_.erase(r.id);
-}
-
 asio::awaitable<std::expected<std::shared_ptr<vb::FrameMirror>, HttpResponse>>
 DesktopRoutes::ReadyMirror(const std::string& id) {
   using R = std::expected<std::shared_ptr<vb::FrameMirror>, HttpResponse>;
@@ -199,102 +197,86 @@ Reply DesktopRoutes::Cursor(Call& c) {
 
 asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
     const std::string& id, vb::FrameMirror& m, const std::u32string& text) {
-  // Runs of keysyms and of pasted text (computer_use/typing.h says which and why).
-  for (const auto& run : cu::SplitForTyping(text)) {
+  // Runs of keysyms, and of characters beyond them by the focused window's entry
+  // (computer_use/typing.h says which and why).
+  cu::TextEntry entry = cu::TextEntry::kHexEntry;
+  if (cu::NeedsTextEntry(text)) {
+    auto focused = co_await FocusedWindowClass(id);
+    if (!focused) co_return std::unexpected(focused.error());
+    entry = cu::EntryForWindowClass(*focused);
+  }
+  for (const auto& run : cu::SplitForTyping(text, entry)) {
     std::expected<void, std::string> r;
-    if (run.route == cu::TypingRun::Route::kKeysyms) {
-      vb::Action a;
-      a.type = vb::Action::Type::kType;
-      a.text = run.text;
-      r = co_await PerformAction(m, a);
-    } else {
-      r = co_await Paste(id, m, cu::EncodeUtf8(run.text));
+    vb::Action a;
+    switch (run.route) {
+      case cu::TypingRun::Route::kKeysyms:
+        a.type = vb::Action::Type::kType;
+        a.text = run.text;
+        r = co_await PerformAction(m, a);
+        break;
+      case cu::TypingRun::Route::kHexEntry:
+        // All in one key action: nothing waits between the keys, and the application handles
+        // them in order (GTK commits each character while handling its space).
+        a.type = vb::Action::Type::kKey;
+        for (char32_t c : run.text)
+          for (auto& combo : cu::HexEntryCombos(c)) a.keys.push_back(std::move(combo));
+        r = co_await PerformAction(m, a);
+        break;
+      case cu::TypingRun::Route::kPaste:
+        r = co_await PastePrimary(id, m, cu::EncodeUtf8(run.text));
+        break;
     }
     if (!r) co_return r;
   }
   co_return std::expected<void, std::string>{};
 }
 
-asio::awaitable<std::expected<void, std::string>> DesktopRoutes::Paste(const std::string& id,
-                                                                         vb::FrameMirror& m,
-                                                                         const std::string& utf8) {
+asio::awaitable<std::expected<std::string, std::string>> DesktopRoutes::FocusedWindowClass(
+    const std::string& id) {
   auto agent = ctx_.manager.Agent(id);
   if (!agent)
-    co_return std::unexpected(
-        std::string("pasting text: the sandbox has no guest agent connection"));
-  // Chromium reads the clipboard after a ctrl+v when its event loop gets to it, and reads it
-  // twice. A next paste that replaces the clipboard before then made the earlier one insert
-  // nothing ("x é y 世" typed as "xy世" in CI runs with Chromium 156.0.8078.114): give the
-  // previous paste of this sandbox time to be read first.
-  if (auto last = last_paste_.find(id); last != last_paste_.end()) {
-    auto ready = last->second + kPasteHold;
-    if (ready > vb::FrameMirror::Clock::now()) {
-      asio::steady_timer hold(co_await asio::this_coro::executor, ready);
-      boost::system::error_code ec;
-      co_await hold.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-  }
-  // Where the screen stood before the clipboard changes, for the wait before ctrl+v below.
-  const uint64_t seq_before_clipboard = m.seq();
-  const auto clipboard_time = vb::FrameMirror::Clock::now();
-  if (auto set = co_await agent->SetClipboard(utf8); !set)
-    co_return std::unexpected("pasting text: setting the clipboard: " + set.error().message);
-  // xclip returns before its background process owns the selection: until then ctrl+v gets
-  // the previous owner's text, or nothing while that owner is giving it up (a CI run lost a
-  // pasted "ß" so). Paste once the clipboard reads back as this text.
-  auto clipboard_holds_text = [&]() -> asio::awaitable<std::expected<void, std::string>> {
-    for (int attempt = 0;; ++attempt) {
-      auto now = co_await agent->GetClipboard();
-      if (now && *now == utf8) break;
-      if (attempt >= 50)
-        co_return std::unexpected(
-            std::string("pasting text: the guest's clipboard did not take the text"));
-      asio::steady_timer pause(co_await asio::this_coro::executor, 20ms);
-      boost::system::error_code ec;
-      co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    }
-    co_return std::expected<void, std::string>{};
-  };
-  // The next paste must not replace the clipboard before the application has read it, and
-  // Chromium reads it twice: for the paste event, then again to insert the text. So ctrl+v
-  // waits until what was typed before it has been drawn, and after ctrl+v the screen must
-  // change and then be still for 150 ms, every update counting, even a single glyph. Before,
-  // the late drawing of the key typed just before ctrl+v passed for the paste's own, the
-  // next run replaced the clipboard between Chromium's two reads, and the paste event fired
-  // with the text but nothing was inserted (one run in two of "x é y U+4E16" lost the "é").
-  auto every_update_counts = [](std::chrono::milliseconds quiet,
-                                std::chrono::milliseconds no_change,
-                                std::chrono::milliseconds timeout) {
-    vb::SettleOptions o;
-    o.quiet = quiet;
-    o.no_change = no_change;
-    o.timeout = timeout;
-    o.small_area = 0;
-    o.small_side = 0;
-    return o;
-  };
-  co_await m.Settle(seq_before_clipboard, clipboard_time, every_update_counts(120ms, 250ms, 2s));
-  const vb::SettleOptions o = every_update_counts(150ms, 3s, 3s);
-  // A ctrl+v after which nothing at all changed on the screen for 3 s is taken to have pasted
-  // nothing, and is pressed once more; twice nothing means the focused window takes no text.
-  // (This second press is a safeguard only: the lost "é" above was the clipboard changing
-  // between Chromium's two reads, which the wait before ctrl+v ends.)
-  for (int press = 0; press < 2; ++press) {
-    if (auto h = co_await clipboard_holds_text(); !h) co_return h;
-    uint64_t before = m.seq();
-    auto t0 = vb::FrameMirror::Clock::now();
-    vb::Action paste_key;
-    paste_key.type = vb::Action::Type::kKey;
-    paste_key.keys = {{vb::kKeysymControlL, 'v'}};
-    if (auto k = co_await PerformAction(m, paste_key); !k) co_return k;
-    last_paste_[id] = vb::FrameMirror::Clock::now();
-    auto settled = co_await m.Settle(before, t0, o);
-    if (settled.changed) break;
-    if (press == 0)
-      log::Warn("api",
-                "sandbox {}: nothing changed on the screen 3 s after pasting {} bytes of text; "
-                "pasting again",
-                id, utf8.size());
+    co_return std::unexpected(std::string("typing text: the sandbox has no guest agent connection"));
+  vmhost::ExecSpec spec;
+  spec.argv = {std::string(kX11Helper), "focus"};
+  spec.env = {{"DISPLAY", ":0"}};
+  spec.timeout = 10s;
+  spec.max_output_bytes = 4096;
+  auto r = co_await agent->Exec(std::move(spec));
+  if (!r) co_return std::unexpected("typing text: asking the guest for the focused window: " + r.error().message);
+  if (r->exit_code != 0)
+    co_return std::unexpected(fmt::format("typing text: the guest's {} focus exited {}: {}", kX11Helper,
+                                          r->exit_code, r->stderr_data.substr(0, 200)));
+  // "instance\tclass\n", or an empty line when nothing has the focus.
+  std::string_view out = r->stdout_data;
+  auto tab = out.find('\t');
+  if (tab == std::string_view::npos) co_return std::string();
+  auto cls = out.substr(tab + 1);
+  if (auto nl = cls.find('\n'); nl != std::string_view::npos) cls = cls.substr(0, nl);
+  co_return std::string(cls);
+}
+
+asio::awaitable<std::expected<void, std::string>> DesktopRoutes::PastePrimary(
+    const std::string& id, vb::FrameMirror& m, const std::string& utf8) {
+  auto agent = ctx_.manager.Agent(id);
+  if (!agent)
+    co_return std::unexpected(std::string("pasting text: the sandbox has no guest agent connection"));
+  // The helper presses Shift+Insert itself (XTEST): the keys sent before must have reached the
+  // X server first. A fence answered by Xvnc says every earlier message has been handled.
+  if (!co_await m.Sync(kInputFenceTimeout))
+    co_return std::unexpected(std::string("pasting text: the guest's screen server did not confirm the keys before the paste"));
+  vmhost::ExecSpec spec;
+  spec.argv = {std::string(kX11Helper), "paste-primary", "--timeout-ms", "10000"};
+  spec.env = {{"DISPLAY", ":0"}};
+  spec.stdin_data = utf8;
+  spec.timeout = 20s;
+  spec.max_output_bytes = 4096;
+  auto r = co_await agent->Exec(std::move(spec));
+  if (!r) co_return std::unexpected("pasting text: " + r.error().message);
+  if (r->exit_code != 0) {
+    std::string why = r->stderr_data.substr(0, 300);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    co_return std::unexpected(fmt::format("pasting text into the focused window failed ({})",
+                                          why.empty() ? fmt::format("exit {}", r->exit_code) : why));
   }
   co_return std::expected<void, std::string>{};
 }

@@ -15,12 +15,10 @@
 
 namespace deskbox::api {
 
-class DesktopRoutes final : public SandboxStateListener {
+class DesktopRoutes final {
  public:
   DesktopRoutes(ApiContext& ctx, ScreenMirrors& mirrors) : ctx_(ctx), mirrors_(mirrors) {}
   void Register(Router& router);
-
-  void OnSandboxState(const SandboxRecord& r, vmhost::SandboxState from) override;
 
  private:
   Reply Screenshot(Call& c);
@@ -36,15 +34,19 @@ class DesktopRoutes final : public SandboxStateListener {
   // sandbox (create or PATCH), else none (the screen's size).
   std::optional<computer_use::DisplaySize> EffectiveDisplay(
       const std::string& id, const std::optional<computer_use::DisplaySize>& asked) const;
-  // Types text in sandbox `id`: keysyms, or the clipboard for characters the guest's X server
-  // has no spare keycode for (computer_use/typing.h says which).
+  // Types text in sandbox `id`: keysyms, and for the characters beyond them the focused
+  // window's text entry (computer_use/typing.h says which and why).
   boost::asio::awaitable<std::expected<void, std::string>> TypeText(
       const std::string& id, vnc_bridge::FrameMirror& m, const std::u32string& text);
-  // Puts `utf8` on the guest's clipboard and presses ctrl+v once the guest is ready for it.
-  boost::asio::awaitable<std::expected<void, std::string>> Paste(const std::string& id,
-                                                                 vnc_bridge::FrameMirror& m,
-                                                                 const std::string& utf8);
-  // A key action: its combos in order, a lone character beyond ASCII typed (pasted) instead.
+  // The WM_CLASS class of the guest's focused window ("" when none has the focus).
+  boost::asio::awaitable<std::expected<std::string, std::string>> FocusedWindowClass(
+      const std::string& id);
+  // Pastes `utf8` into the focused window through PRIMARY and Shift+Insert; returns once the
+  // window has read it (the guest's deskbox-x11), PRIMARY holding again what it held before.
+  boost::asio::awaitable<std::expected<void, std::string>> PastePrimary(const std::string& id,
+                                                                        vnc_bridge::FrameMirror& m,
+                                                                        const std::string& utf8);
+  // A key action: its combos in order, a lone character beyond ASCII typed instead.
   boost::asio::awaitable<std::expected<void, std::string>> PressKeys(
       const std::string& id, vnc_bridge::FrameMirror& m, const vnc_bridge::Action& action);
   struct StepOutcome {
@@ -60,7 +62,6 @@ class DesktopRoutes final : public SandboxStateListener {
 
   ApiContext& ctx_;
   ScreenMirrors& mirrors_;
-  std::map<std::string, vnc_bridge::FrameMirror::Clock::time_point> last_paste_;  // last ctrl+v, per sandbox
 };
 
 }  // namespace deskbox::api

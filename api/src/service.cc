@@ -140,7 +140,6 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& mana
   // Who hears of state changes: live connections end, mirrors stop, egress detaches.
   sandboxes_.Subscribe(cdp_.get());
   sandboxes_.Subscribe(viewers_.get());
-  sandboxes_.Subscribe(desktop_.get());
   sandboxes_.Subscribe(recordings_.get());
   sandboxes_.Subscribe(mirrors_.get());
   sandboxes_.Subscribe(egress_.get());

@@ -10,9 +10,44 @@ bool TypedAsKeysym(char32_t c) {
   return (c >= 0x20 && c < 0x7f) || c == U'\n' || c == U'\r' || c == U'\t';
 }
 
-std::vector<TypingRun> SplitForTyping(std::u32string_view text) {
+TextEntry EntryForWindowClass(std::string_view wm_class) {
+  if (wm_class == "XTerm" || wm_class == "UXTerm") return TextEntry::kPrimaryPaste;
+  return TextEntry::kHexEntry;
+}
+
+bool NeedsTextEntry(std::u32string_view text) {
+  for (char32_t c : text)
+    if (!TypedAsKeysym(c)) return true;
+  return false;
+}
+
+std::vector<std::vector<uint32_t>> HexEntryCombos(char32_t c) {
+  // With Shift held the letter is its capital, as X delivers it: GTK starts the entry on the
+  // keyval U with Control and Shift (gtkimcontextsimple.c); a lower-case u does nothing.
+  std::vector<std::vector<uint32_t>> combos{{vnc_bridge::kKeysymControlL, vnc_bridge::kKeysymShiftL, 'U'}};
+  char digits[9];
+  int n = 0;
+  auto v = static_cast<uint32_t>(c);
+  do {
+    digits[n++] = "0123456789abcdef"[v & 0xf];
+    v >>= 4;
+  } while (v != 0 && n < 8);
+  while (n > 0) combos.push_back({static_cast<uint32_t>(digits[--n])});
+  combos.push_back({' '});
+  return combos;
+}
+
+std::vector<TypingRun> SplitForTyping(std::u32string_view text, TextEntry entry) {
   using Route = TypingRun::Route;
   std::vector<TypingRun> runs;
+  if (entry == TextEntry::kHexEntry) {
+    for (char32_t ch : text) {
+      Route r = TypedAsKeysym(ch) ? Route::kKeysyms : Route::kHexEntry;
+      if (runs.empty() || runs.back().route != r) runs.push_back({r, {}});
+      runs.back().text.push_back(ch);
+    }
+    return runs;
+  }
   // `keys` waits to be typed; `paste` is the pasted run so far, and `tail` the printable ASCII
   // after its last character beyond ASCII: pasted if another such character follows, else typed.
   std::u32string keys, paste, tail;

@@ -1,7 +1,7 @@
 """The desktop endpoints against a real guest: actions through the screen mirror reach a real
 page in the guest's Chromium (checked through CDP): pointer motion at the right screen point,
 clicks of every button, double and shift-clicks, drags that select text, the wheel,
-typing any Unicode text (ASCII as keysyms, the rest through the clipboard), key combos,
+typing any Unicode text (ASCII as keysyms, the rest through GTK's Unicode entry), key combos,
 coordinates in a declared display size, screenshots from the mirror, settle results, the
 timeline, scopes, bad input, pause and resume, and the Anthropic and OpenAI adapters."""
 
@@ -191,7 +191,7 @@ class DesktopTest(OneSandboxTestCase):
         self.act({"type": "key", "keys": "ctrl+a"}, {"type": "key", "keys": "Delete"})
         self.assertEqual(self.wait_for("document.getElementById('field').value", ""), "")
         # A long text in a script the keyboard map lacks, far more distinct characters than the
-        # guest has spare keycodes: pasted; the field gets exactly the text.
+        # guest has spare keycodes: entered one by one; the field gets exactly the text.
         cjk = "".join(chr(0x4E00 + 7 * i) for i in range(90)) + " end"
         self.act({"type": "type", "text": cjk})
         self.assertEqual(self.wait_for("document.getElementById('field').value", cjk), cjk)
@@ -202,30 +202,31 @@ class DesktopTest(OneSandboxTestCase):
         self.act({"type": "hold_key", "keys": "shift", "duration_ms": 100}, {"type": "type", "text": "z"})
         self.assertEqual(self.wait_for("document.getElementById('field').value", "XzA"), "XzA")
 
-    def test_characters_beyond_ascii_are_pasted_in_order_with_the_keys_around_them(self):
-        # ASCII arrives as key presses; a character beyond it is pasted (ctrl+v), never sent as
-        # a keysym the guest's keyboard map lacks (the browser dropped those). Twice, so that
-        # the second time is no different; Return still goes as a key between pasted runs.
+    def test_characters_beyond_ascii_are_entered_in_order_with_the_keys_around_them(self):
+        # ASCII arrives as key presses; a character beyond it through GTK's Unicode entry (one
+        # composition per character), never as a keysym the guest's keyboard map lacks (the
+        # browser dropped those) and never pasted. Twice, so that the second time is no
+        # different; Return still goes as a key between two entered characters.
         self.focus("#field")
-        self.page.evaluate("window.keys = []; document.getElementById('field')"
-                           ".addEventListener('keydown', e => window.keys.push(e.key))")
+        self.page.evaluate("window.keys = []; window.composed = []; const f = document.getElementById('field');"
+                           "f.addEventListener('keydown', e => window.keys.push(e.key));"
+                           "f.addEventListener('compositionend', e => window.composed.push(e.data))")
         for expected in ("aßb", "aßbaßb"):
-            self.page.evaluate("window.keys = []")
+            self.page.evaluate("window.keys = []; window.composed = []")
             self.act({"type": "type", "text": "aßb"})
             self.assertEqual(self.wait_for("document.getElementById('field').value", expected), expected)
             keys = self.page.evaluate("window.keys")
-            self.assertNotIn("ß", keys, "ß is pasted, not a key press")
+            self.assertNotIn("ß", keys, "ß is entered, not a key press")
+            self.assertNotIn("v", keys, "nothing is pasted")
             self.assertEqual((keys[0], keys[-1]), ("a", "b"), keys)
-            self.assertIn("v", keys, keys)
+            self.assertEqual(self.page.evaluate("window.composed"), ["ß"])
         self.page.evaluate("window.keys = []")
         self.act({"type": "type", "text": "é\tü"})
-        self.assertIn("Tab", self.page.evaluate("window.keys"), "Tab is a key press between two pastes")
+        self.assertIn("Tab", self.page.evaluate("window.keys"), "Tab is a key press between two entered characters")
 
-    def test_a_key_that_is_a_character_beyond_ascii_is_pasted_between_the_other_keys(self):
+    def test_a_key_that_is_a_character_beyond_ascii_is_entered_between_the_other_keys(self):
         # A key action of "é" alone would be a keysym the guest's keyboard map lacks; it is
-        # pasted, in order with the keys around it, each time alike. Three times: the paste
-        # right after a typed key lost its text in one try of two while the next run's clipboard
-        # change could come before Chromium's second read of it.
+        # entered like typed text, in order with the keys around it, each time alike.
         self.focus("#field")
         self.act({"type": "key", "keys": "ctrl+a Delete"})
         self.assertEqual(self.wait_for("document.getElementById('field').value", ""), "")
@@ -235,7 +236,7 @@ class DesktopTest(OneSandboxTestCase):
             self.act({"type": "key", "keys": "x é y U+4E16"})
             self.assertEqual(self.wait_for("document.getElementById('field').value", expected), expected)
         keys = self.page.evaluate("window.keys")
-        self.assertNotIn("é", keys, "é is pasted, not a key press")
+        self.assertNotIn("é", keys, "é is entered, not a key press")
         self.assertEqual(keys[0], "x", keys)
 
     def test_coordinates_in_a_declared_display_are_mapped_to_the_screen(self):

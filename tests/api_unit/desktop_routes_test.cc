@@ -135,6 +135,71 @@ TEST_F(DesktopRoutesTest, ActionsReachTheGuestScreenAndTheCursorFollows) {
   EXPECT_EQ(types, (std::vector<std::string>{"move", "click", "type", "key", "move"}));
 }
 
+// A character beyond ASCII goes by the focused window's entry (computer_use/typing.h), which the
+// guest's X helper names: GTK's Unicode entry for Chromium (ctrl+shift+u, hex digits, space,
+// among the other keys), a paste through PRIMARY for xterm (the helper gets the text; the keys
+// around it are typed).
+TEST_F(DesktopRoutesTest, CharactersBeyondAsciiGoByTheFocusedWindowsEntry) {
+  std::string id = Create();
+  std::string focused = "chromium\tChromium\n";
+  OnAgent(id, [&](vmhost::testing::FakeGuestAgent& a) {
+    a.on_exec = [&focused](const vmhost::ExecSpec& spec) -> std::expected<vmhost::ExecResult, vmhost::AgentError> {
+      vmhost::ExecResult out;
+      if (spec.argv.size() >= 2 && spec.argv[1] == "focus") out.stdout_data = focused;
+      return out;
+    };
+    return 0;
+  });
+  auto r = Post(id, "actions", {{"settle", false}, {"actions", {{{"type", "type"}, {"text", "aé"}}}}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  using vnc_bridge::kKeysymControlL, vnc_bridge::kKeysymShiftL;
+  std::vector<Key> want = {{true, 'a'},           {false, 'a'},          {true, kKeysymControlL},
+                           {true, kKeysymShiftL}, {true, 'U'},           {false, 'U'},
+                           {false, kKeysymShiftL}, {false, kKeysymControlL}, {true, 'e'},
+                           {false, 'e'},          {true, '9'},           {false, '9'},
+                           {true, ' '},           {false, ' '}};
+  EXPECT_TRUE(rfb.WaitFor([&] { return rfb.key_events() == want; }));
+  auto execs = OnAgent(id, [](vmhost::testing::FakeGuestAgent& a) { return a.execs; });
+  ASSERT_EQ(execs.size(), 1u);
+  EXPECT_EQ(execs[0].argv, (std::vector<std::string>{"/usr/lib/deskbox/deskbox-x11", "focus"}));
+
+  // In xterm: "x " typed, "é y 世" pasted through the helper, " z" typed.
+  focused = "xterm\tXTerm\n";
+  rfb.ClearKeyEvents();
+  r = Post(id, "actions", {{"settle", false}, {"actions", {{{"type", "type"}, {"text", "x é y 世 z"}}}}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  execs = OnAgent(id, [](vmhost::testing::FakeGuestAgent& a) { return a.execs; });
+  ASSERT_EQ(execs.size(), 3u);
+  EXPECT_EQ(execs[2].argv[1], "paste-primary");
+  EXPECT_EQ(execs[2].stdin_data, "é y 世");
+  std::vector<Key> typed = {{true, 'x'}, {false, 'x'}, {true, ' '}, {false, ' '},
+                            {true, ' '}, {false, ' '}, {true, 'z'}, {false, 'z'}};
+  EXPECT_TRUE(rfb.WaitFor([&] { return rfb.key_events() == typed; }));
+
+  // ASCII alone asks the guest nothing.
+  r = Post(id, "actions", {{"settle", false}, {"actions", {{{"type", "type"}, {"text", "plain"}}}}});
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(OnAgent(id, [](vmhost::testing::FakeGuestAgent& a) { return a.execs.size(); }), 3u);
+
+  // A paste the focused window never reads is an error that says so.
+  OnAgent(id, [&](vmhost::testing::FakeGuestAgent& a) {
+    a.on_exec = [&focused](const vmhost::ExecSpec& spec) -> std::expected<vmhost::ExecResult, vmhost::AgentError> {
+      vmhost::ExecResult out;
+      if (spec.argv[1] == "focus") {
+        out.stdout_data = focused;
+      } else {
+        out.exit_code = 5;
+        out.stderr_data = "deskbox-x11: the focused window did not read the pasted text\n";
+      }
+      return out;
+    };
+    return 0;
+  });
+  r = Post(id, "actions", {{"settle", false}, {"actions", {{{"type", "type"}, {"text", "ü"}}}}});
+  EXPECT_NE(r.status, 200u);
+  EXPECT_NE(r.body.find("did not read the pasted text"), std::string::npos) << r.body;
+}
+
 TEST_F(DesktopRoutesTest, TheAnthropicAdapterAnswersAToolResult) {
   std::string id = Create();
   auto r = Post(id, "computer/anthropic", {{"action", "screenshot"}});

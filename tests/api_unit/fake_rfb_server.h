@@ -107,6 +107,10 @@ class FakeRfbServer {
     std::lock_guard lock(mutex_);
     return keys_;
   }
+  void ClearKeyEvents() {
+    std::lock_guard lock(mutex_);
+    keys_.clear();
+  }
   size_t connections() const {  // accepted so far
     std::lock_guard lock(mutex_);
     return accepted_;

@@ -56,14 +56,16 @@ void CheckAction(const vb::Action& a, const cu::Display& d) {
   for (const auto& p : a.path) Check(OnScreen(p, d));
   if (a.type == vb::Action::Type::kType) {
     // The runs give back the text, and no two neighbours share a route.
-    auto runs = cu::SplitForTyping(a.text);
-    std::u32string joined;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      Check(!runs[i].text.empty());
-      Check(i == 0 || runs[i].route != runs[i - 1].route);
-      joined += runs[i].text;
+    for (auto entry : {cu::TextEntry::kHexEntry, cu::TextEntry::kPrimaryPaste}) {
+      auto runs = cu::SplitForTyping(a.text, entry);
+      std::u32string joined;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        Check(!runs[i].text.empty());
+        Check(i == 0 || runs[i].route != runs[i - 1].route);
+        joined += runs[i].text;
+      }
+      Check(joined == a.text);
     }
-    Check(joined == a.text);
   }
   if (a.type == vb::Action::Type::kKey) {
     size_t combos = 0;

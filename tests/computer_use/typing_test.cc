@@ -1,6 +1,7 @@
 // How text reaches the guest (docs/computer-use.md, "Typing"): printable ASCII, "\n", "\r" and
-// "\t" as keysyms, every other character pasted, in runs that keep the order; key combos that are
-// one character beyond ASCII typed (pasted) between the pressed ones; UTF-8 for the clipboard.
+// "\t" as keysyms, every other character through GTK's Unicode entry or (X terminals) pasted, in
+// runs that keep the order; key combos that are one character beyond ASCII typed between the
+// pressed ones; UTF-8 for a paste.
 #include "computer_use/typing.h"
 
 #include <gtest/gtest.h>
@@ -14,13 +15,15 @@
 namespace deskbox::computer_use::test {
 namespace {
 
-// Runs as "keys[...]" and "paste[...]", joined by " ".
-std::string Runs(std::u32string_view text) {
+// Runs as "keys[...]", "hex[...]" and "paste[...]", joined by " ".
+std::string Runs(std::u32string_view text, TextEntry entry = TextEntry::kPrimaryPaste) {
   std::string out;
-  for (const auto& run : SplitForTyping(text))
-    out += (out.empty() ? "" : " ") +
-           std::string(run.route == TypingRun::Route::kKeysyms ? "keys[" : "paste[") +
-           EncodeUtf8(run.text) + "]";
+  for (const auto& run : SplitForTyping(text, entry)) {
+    const char* name = run.route == TypingRun::Route::kKeysyms   ? "keys["
+                       : run.route == TypingRun::Route::kHexEntry ? "hex["
+                                                                  : "paste[";
+    out += (out.empty() ? "" : " ") + std::string(name) + EncodeUtf8(run.text) + "]";
+  }
   return out;
 }
 
@@ -63,7 +66,49 @@ TEST(TypedAsKeysym, AsciiAndWhitespaceControls) {
 }
 
 TEST(SplitForTyping, Empty) {
-  EXPECT_TRUE(SplitForTyping(U"").empty());
+  EXPECT_TRUE(SplitForTyping(U"", TextEntry::kPrimaryPaste).empty());
+  EXPECT_TRUE(SplitForTyping(U"", TextEntry::kHexEntry).empty());
+}
+
+// Hex entry: every character beyond ASCII is entered on its own; the ASCII between goes as keys.
+TEST(SplitForTyping, HexEntryRuns) {
+  EXPECT_EQ(Runs(U"x é y 世界\n🙂", TextEntry::kHexEntry), "keys[x ] hex[é] keys[ y ] hex[世界] keys[\n] hex[🙂]");
+  EXPECT_EQ(Runs(U"abc", TextEntry::kHexEntry), "keys[abc]");
+  EXPECT_EQ(Runs(U"é", TextEntry::kHexEntry), "hex[é]");
+}
+
+// ctrl+shift+U (the capital: Shift is held), the hex digits in lower case without leading zeros, space.
+TEST(HexEntryCombos, KeysOfACodePoint) {
+  auto combo_text = [](char32_t c) {
+    std::string out;
+    for (const auto& combo : HexEntryCombos(c)) out += (out.empty() ? "" : " ") + Combo(combo);
+    return out;
+  };
+  EXPECT_EQ(combo_text(U'é'), combo_text(0xe9));
+  auto combos = HexEntryCombos(0x1F1FA);
+  ASSERT_EQ(combos.size(), 7u);
+  EXPECT_EQ(combos[0], (std::vector<uint32_t>{vnc_bridge::kKeysymControlL, vnc_bridge::kKeysymShiftL, 'U'}));
+  EXPECT_EQ(combos[1], (std::vector<uint32_t>{'1'}));
+  EXPECT_EQ(combos[2], (std::vector<uint32_t>{'f'}));
+  EXPECT_EQ(combos[5], (std::vector<uint32_t>{'a'}));
+  EXPECT_EQ(combos[6], (std::vector<uint32_t>{' '}));
+  EXPECT_EQ(HexEntryCombos(0xa0).size(), 4u);    // ctrl+shift+U, a, 0, space
+  EXPECT_EQ(HexEntryCombos(0x10FFFF).size(), 8u);  // six digits
+}
+
+TEST(EntryForWindowClass, TerminalsPasteEverythingElseUsesHexEntry) {
+  EXPECT_EQ(EntryForWindowClass("XTerm"), TextEntry::kPrimaryPaste);
+  EXPECT_EQ(EntryForWindowClass("UXTerm"), TextEntry::kPrimaryPaste);
+  EXPECT_EQ(EntryForWindowClass("Chromium"), TextEntry::kHexEntry);
+  EXPECT_EQ(EntryForWindowClass("chromium"), TextEntry::kHexEntry);
+  EXPECT_EQ(EntryForWindowClass(""), TextEntry::kHexEntry);
+  EXPECT_EQ(EntryForWindowClass("xterm"), TextEntry::kHexEntry);  // the instance name, not a class
+}
+
+TEST(NeedsTextEntry, OnlyCharactersBeyondKeysyms) {
+  EXPECT_FALSE(NeedsTextEntry(U"plain ASCII\n\t"));
+  EXPECT_TRUE(NeedsTextEntry(U"café"));
+  EXPECT_FALSE(NeedsTextEntry(U""));
 }
 
 TEST(SplitForTyping, AsciiOnlyIsOneKeysymRun) {
@@ -113,8 +158,9 @@ TEST(SplitForTyping, OtherControlsArePasted) {
 TEST(SplitForTyping, ConsecutiveRunsAlternate) {
   const std::u32string texts[] = {U"héllo wörld\n日本語\ttext é", U"\n\né\t\tü a", U"ab¡cd\n",
                                   U"🙂 🙂\r\n🙂x"};
-  for (const auto& text : texts) {
-    auto runs = SplitForTyping(text);
+  for (const auto& text : texts)
+  for (auto entry : {TextEntry::kHexEntry, TextEntry::kPrimaryPaste}) {
+    auto runs = SplitForTyping(text, entry);
     std::u32string joined;
     for (size_t i = 0; i < runs.size(); ++i) {
       joined += runs[i].text;
