@@ -186,19 +186,32 @@ class Battery:
 
 def main():
     import os
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    sys.path.insert(0, os.path.join(here, "..", "bench"))
+    import benchlib  # the figures' JSON layout (scripts/bench-report renders it)
     import test_typing  # the deployment and page set-up, shared with the CI test
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--strings", type=int, default=300)
     ap.add_argument("--out", help="figures as JSON")
     args = ap.parse_args()
+    res = benchlib.Results("typing_battery", args, long_run=True)
+    res.template = os.environ.get("DESKBOX_TEMPLATE")
     figures = test_typing.run_battery(args.strings, log=print)
-    print(json.dumps(figures, indent=2, ensure_ascii=False))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(figures, f, indent=2, ensure_ascii=False)
-    sys.exit(0 if figures["wrong_characters"] == 0 else 1)
+    res.figure("strings", figures["strings"])
+    res.figure("busy_sandboxes", figures["busy_sandboxes"])
+    for app in ("chromium", "xterm"):
+        f = figures[app]
+        res.figure(f"{app}_characters", f["characters"])
+        res.figure(f"{app}_characters_per_s", f["characters_per_second"])
+        res.figure(f"{app}_wrong_characters", f["wrong_characters"])
+        res.figure(f"{app}_wrong_strings", len(f["failures"]))
+        res.target(f"{app}_wrong_characters", f["wrong_characters"], "==", 0, kind="correctness")
+    for app in ("chromium", "xterm"):
+        for failure in figures[app]["failures"][:20]:
+            print(f"{app} wrong: {failure['expected']!r} -> {failure['got']!r}")
+    sys.exit(res.finish(args.out))
 
 
 if __name__ == "__main__":
