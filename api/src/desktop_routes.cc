@@ -6,14 +6,11 @@
 
 #include <fmt/format.h>
 
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include "api/json_input.h"
 #include "common/base64.h"
-#include "common/log.h"
 #include "common/slot_network.h"
 #include "computer_use/actions.h"
 #include "computer_use/anthropic.h"
@@ -231,53 +228,59 @@ asio::awaitable<std::expected<void, std::string>> DesktopRoutes::TypeText(
   co_return std::expected<void, std::string>{};
 }
 
-asio::awaitable<std::expected<std::string, std::string>> DesktopRoutes::FocusedWindowClass(
-    const std::string& id) {
+asio::awaitable<std::expected<std::string, std::string>> DesktopRoutes::RunX11Helper(
+    const std::string& id, std::string_view what, std::vector<std::string> args,
+    std::string stdin_data, std::chrono::seconds timeout) {
   auto agent = ctx_.manager.Agent(id);
   if (!agent)
-    co_return std::unexpected(std::string("typing text: the sandbox has no guest agent connection"));
+    co_return std::unexpected(fmt::format("{}: the sandbox has no guest agent connection", what));
   vmhost::ExecSpec spec;
-  spec.argv = {std::string(kX11Helper), "focus"};
+  spec.argv = {std::string(kX11Helper)};
+  spec.argv.insert(spec.argv.end(), std::make_move_iterator(args.begin()),
+                   std::make_move_iterator(args.end()));
   spec.env = {{"DISPLAY", ":0"}};
-  spec.timeout = 10s;
+  spec.stdin_data = std::move(stdin_data);
+  spec.timeout = timeout;
   spec.max_output_bytes = 4096;
   auto r = co_await agent->Exec(std::move(spec));
-  if (!r) co_return std::unexpected("typing text: asking the guest for the focused window: " + r.error().message);
-  if (r->exit_code != 0)
-    co_return std::unexpected(fmt::format("typing text: the guest's {} focus exited {}: {}", kX11Helper,
-                                          r->exit_code, r->stderr_data.substr(0, 200)));
+  if (!r) co_return std::unexpected(fmt::format("{}: {}", what, r.error().message));
+  if (r->exit_code != 0) {
+    // The helper says why on one line of stderr.
+    std::string why = r->stderr_data.substr(0, 300);
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    co_return std::unexpected(fmt::format(
+        "{} failed ({})", what, why.empty() ? fmt::format("exit {}", r->exit_code) : why));
+  }
+  co_return std::move(r->stdout_data);
+}
+
+asio::awaitable<std::expected<std::string, std::string>> DesktopRoutes::FocusedWindowClass(
+    const std::string& id) {
+  // Arguments built before the call: GCC 12 rejects braced string lists inside co_await.
+  std::vector<std::string> args{"focus"};
+  auto out = co_await RunX11Helper(id, "typing text: asking the guest for the focused window",
+                                   std::move(args), std::string(), 10s);
+  if (!out) co_return out;
   // "instance\tclass\n", or an empty line when nothing has the focus.
-  std::string_view out = r->stdout_data;
-  auto tab = out.find('\t');
+  std::string_view line = *out;
+  auto tab = line.find('\t');
   if (tab == std::string_view::npos) co_return std::string();
-  auto cls = out.substr(tab + 1);
+  auto cls = line.substr(tab + 1);
   if (auto nl = cls.find('\n'); nl != std::string_view::npos) cls = cls.substr(0, nl);
   co_return std::string(cls);
 }
 
 asio::awaitable<std::expected<void, std::string>> DesktopRoutes::PastePrimary(
     const std::string& id, vb::FrameMirror& m, const std::string& utf8) {
-  auto agent = ctx_.manager.Agent(id);
-  if (!agent)
-    co_return std::unexpected(std::string("pasting text: the sandbox has no guest agent connection"));
   // The helper presses Shift+Insert itself (XTEST): the keys sent before must have reached the
   // X server first. A fence answered by Xvnc says every earlier message has been handled.
   if (!co_await m.Sync(kInputFenceTimeout))
-    co_return std::unexpected(std::string("pasting text: the guest's screen server did not confirm the keys before the paste"));
-  vmhost::ExecSpec spec;
-  spec.argv = {std::string(kX11Helper), "paste-primary", "--timeout-ms", "10000"};
-  spec.env = {{"DISPLAY", ":0"}};
-  spec.stdin_data = utf8;
-  spec.timeout = 20s;
-  spec.max_output_bytes = 4096;
-  auto r = co_await agent->Exec(std::move(spec));
-  if (!r) co_return std::unexpected("pasting text: " + r.error().message);
-  if (r->exit_code != 0) {
-    std::string why = r->stderr_data.substr(0, 300);
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    co_return std::unexpected(fmt::format("pasting text into the focused window failed ({})",
-                                          why.empty() ? fmt::format("exit {}", r->exit_code) : why));
-  }
+    co_return std::unexpected(std::string(
+        "pasting text: the guest's screen server did not confirm the keys before the paste"));
+  std::vector<std::string> args{"paste-primary", "--timeout-ms", "10000"};
+  auto out = co_await RunX11Helper(id, "pasting text into the focused window", std::move(args),
+                                   utf8, 20s);
+  if (!out) co_return std::unexpected(std::move(out.error()));
   co_return std::expected<void, std::string>{};
 }
 

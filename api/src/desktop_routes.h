@@ -38,6 +38,11 @@ class DesktopRoutes final {
   // window's text entry (computer_use/typing.h says which and why).
   boost::asio::awaitable<std::expected<void, std::string>> TypeText(
       const std::string& id, vnc_bridge::FrameMirror& m, const std::u32string& text);
+  // Runs the guest's deskbox-x11 with `args` (its stdin `stdin_data`) through the agent: its
+  // stdout, or why not, starting with `what`.
+  boost::asio::awaitable<std::expected<std::string, std::string>> RunX11Helper(
+      const std::string& id, std::string_view what, std::vector<std::string> args,
+      std::string stdin_data, std::chrono::seconds timeout);
   // The WM_CLASS class of the guest's focused window ("" when none has the focus).
   boost::asio::awaitable<std::expected<std::string, std::string>> FocusedWindowClass(
       const std::string& id);
