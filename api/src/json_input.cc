@@ -81,6 +81,21 @@ std::optional<int64_t> ObjectReader::Integer(const char* name, int64_t min, int6
   return n;
 }
 
+std::optional<double> ObjectReader::Number(const char* name, double min, double max) {
+  const json* v = Get(name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) {
+    Fail(fmt::format("{} must be a number", Name(name)));
+    return std::nullopt;
+  }
+  double n = v->get<double>();
+  if (!(n >= min && n <= max)) {
+    Fail(fmt::format("{} must be between {} and {} (got {})", Name(name), min, max, n));
+    return std::nullopt;
+  }
+  return n;
+}
+
 std::optional<std::string> ObjectReader::String(const char* name, size_t min_bytes, size_t max_bytes) {
   const json* v = Get(name);
   if (!v) return std::nullopt;

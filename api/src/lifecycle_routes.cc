@@ -43,6 +43,33 @@ std::optional<json> ReadMetadata(ObjectReader& in) {
   return *m;
 }
 
+// A sandbox's CPU share and cap as in force: the record's, or the defaults where it has none.
+vmhost::CpuLimits EffectiveCpu(const SandboxRecord& r, uint32_t vcpus) {
+  return {.weight = r.cpu_weight ? r.cpu_weight : vmhost::kDefaultCpuWeight,
+          .max_millis = r.cpu_max_millis ? r.cpu_max_millis : vcpus * 1000};
+}
+
+json LimitsJson(const vmhost::CpuLimits& l) {
+  return {{"cpu_weight", l.weight}, {"cpu_max", l.max_millis / 1000.0}};
+}
+
+// The `limits` member over `base` (what is in force): fields not given keep base's value.
+// nullopt when there is no `limits` (or it is wrong: `in` has the error).
+std::optional<vmhost::CpuLimits> ReadLimits(ObjectReader& in, vmhost::CpuLimits base, uint32_t vcpus) {
+  const json* l = in.Object("limits");
+  if (!l) return std::nullopt;
+  ObjectReader lr(*l, "limits");
+  if (auto w = lr.Integer("cpu_weight", vmhost::kMinCpuWeight, vmhost::kMaxCpuWeight))
+    base.weight = static_cast<uint32_t>(*w);
+  if (auto m = lr.Number("cpu_max", vmhost::kMinCpuMaxMillis / 1000.0, vcpus))
+    base.max_millis = static_cast<uint32_t>(std::lround(*m * 1000));
+  if (auto e = lr.Finish()) {
+    in.Fail(*e);
+    return std::nullopt;
+  }
+  return base;
+}
+
 TransitionCause ByCall(const Call& c, std::string detail = "") {
   return {.reason = "api", .detail = std::move(detail), .base = c.NewEvent(c.id)};
 }
@@ -200,6 +227,7 @@ json LifecycleRoutes::SandboxJson(const SandboxRecord& r) const {
               {"create_ms", r.create_ms},
               {"browser_ready", browser_ready},
               {"recording", {{"enabled", r.recording}, {"url", "/v1/sandboxes/" + r.id + "/recording"}}},
+              {"limits", LimitsJson(EffectiveCpu(r, std::max(1u, ctx_.manager.manifest().smp())))},
               {"events_url", "/v1/sandboxes/" + r.id + "/events"}};
 }
 
@@ -257,6 +285,9 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     if (auto on = rr.Bool("enabled")) recording = *on;
     if (auto e = rr.Finish()) in.Fail(*e);
   }
+  const uint32_t vcpus = std::max(1u, manifest.smp());
+  const vmhost::CpuLimits default_cpu{.weight = vmhost::kDefaultCpuWeight, .max_millis = vcpus * 1000};
+  auto limits = ReadLimits(in, default_cpu, vcpus);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   if (tpl && *tpl != config.template_name)
     co_return Error(422, "unknown_template",
@@ -305,6 +336,14 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
   }
   egress_.DetachIfGone((*sb)->id());
+  // A new QEMU's cgroup has the defaults; other limits are in force before the client hears of it.
+  if (limits && (limits->weight != default_cpu.weight || limits->max_millis != default_cpu.max_millis)) {
+    if (auto l = co_await ctx_.manager.SetCpuLimits((*sb)->id(), *limits); !l) {
+      egress_.Detach((*sb)->id());
+      co_await ctx_.manager.Destroy((*sb)->id());
+      co_return Error(500, "internal", fmt::format("limits for the new sandbox: {}", l.error().message));
+    }
+  }
   double ms = std::chrono::duration<double, std::milli>(ctx_.clock.Steady() - t0).count();
   ctx_.metrics.ObserveCreate(ms / 1000, std::string(vmhost::ToString((*sb)->path())));
   SandboxRecord r;
@@ -330,6 +369,10 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   r.owner = c.principal.id;
   r.browser_refreshing = (*sb)->browser_refreshing();
   r.recording = recording;
+  if (limits) {
+    r.cpu_weight = limits->weight;
+    r.cpu_max_millis = limits->max_millis;
+  }
   if ((*sb)->state() != SandboxState::kRunning) {
     // It died between restore and now: keep the record, say so.
     r.state = SandboxState::kFailed;
@@ -391,13 +434,22 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
   std::optional<json> metadata = ReadMetadata(in);
   bool display_given = body->is_object() && body->contains("display");  // null too: it clears
   auto display = ReadDisplayMember(in);                                 // null clears it
+  const uint32_t vcpus = std::max(1u, ctx_.manager.manifest().smp());
+  auto found = ctx_.sandboxes.Get(c.id);  // (its absence answers 404 below)
+  auto limits = ReadLimits(in, found ? EffectiveCpu(**found, vcpus) : EffectiveCpu(SandboxRecord{}, vcpus), vcpus);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
-  SandboxRecord& rec = **r;
-  if (rec.state == SandboxState::kStopped || rec.state == SandboxState::kFailed)
+  if ((*r)->state == SandboxState::kStopped || (*r)->state == SandboxState::kFailed)
     co_return Error(409, "invalid_state",
-                    fmt::format("sandbox {} is {}", rec.id, StateName(rec.state)));
+                    fmt::format("sandbox {} is {}", (*r)->id, StateName((*r)->state)));
+  if (limits) {
+    // In force first (the cgroup of its QEMU, paused or not), then on record.
+    if (auto l = co_await ctx_.manager.SetCpuLimits(c.id, *limits); !l) co_return FromVmError(l.error());
+    r = ctx_.sandboxes.Get(c.id);  // looked up again: the record may have changed meanwhile
+    if (!r) co_return r.error();
+  }
+  SandboxRecord& rec = **r;
   const SandboxRecord before = rec;
   if (timeout) {
     rec.timeout_s = static_cast<uint32_t>(*timeout);
@@ -405,6 +457,10 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
       rec.expires_at_ms = ctx_.clock.NowMs() + *timeout * 1000;
   }
   if (metadata) rec.metadata_json = Dump(*metadata);
+  if (limits) {
+    rec.cpu_weight = limits->weight;
+    rec.cpu_max_millis = limits->max_millis;
+  }
   if (display_given) {
     rec.display_w = display ? display->first : 0;
     rec.display_h = display ? display->second : 0;

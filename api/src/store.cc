@@ -14,9 +14,10 @@ namespace deskbox::api {
 namespace {
 
 // kSchemaVersion (store.h) 2: sandboxes.display ("WxH" or ""); 3: sandboxes.browser_refreshing;
-// 4: sandboxes.recording. An older database is migrated on open; tests/api_unit/data keeps one
-// database of each older version, as its release made it.
-static_assert(kSchemaVersion == 4, "add the migration step, and a fixture of the version before");
+// 4: sandboxes.recording; 5: sandboxes.limits ("cpu_weight/cpu_max_millis" or ""). An older
+// database is migrated on open; tests/api_unit/data keeps one database of each older version, as
+// its release made it.
+static_assert(kSchemaVersion == 5, "add the migration step, and a fixture of the version before");
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
   metadata TEXT NOT NULL, egress TEXT NOT NULL, failure TEXT NOT NULL,
   create_path TEXT NOT NULL, create_ms REAL NOT NULL, owner TEXT NOT NULL,
   display TEXT NOT NULL DEFAULT '', browser_refreshing INTEGER NOT NULL DEFAULT 0,
-  recording INTEGER NOT NULL DEFAULT 1);
+  recording INTEGER NOT NULL DEFAULT 1, limits TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS api_keys (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, hash BLOB NOT NULL,
   created_at_ms INTEGER NOT NULL, revoked_at_ms INTEGER NOT NULL);
@@ -107,7 +108,8 @@ std::expected<std::unique_ptr<Store>, std::string> Store::Open(const std::string
     for (const Migration& m : {Migration{1, "ALTER TABLE sandboxes ADD COLUMN display TEXT NOT NULL DEFAULT ''"},
                                Migration{2, "ALTER TABLE sandboxes ADD COLUMN browser_refreshing INTEGER NOT NULL "
                                             "DEFAULT 0"},
-                               Migration{3, "ALTER TABLE sandboxes ADD COLUMN recording INTEGER NOT NULL DEFAULT 1"}}) {
+                               Migration{3, "ALTER TABLE sandboxes ADD COLUMN recording INTEGER NOT NULL DEFAULT 1"},
+                               Migration{4, "ALTER TABLE sandboxes ADD COLUMN limits TEXT NOT NULL DEFAULT ''"}}) {
       if (v != m.from) continue;
       std::string bump = fmt::format("UPDATE schema_version SET version = {}", m.from + 1);
       for (const char* sql : {"BEGIN", m.alter, bump.c_str(), "COMMIT"})
@@ -249,8 +251,8 @@ std::expected<void, StoreError> Store::PutSandbox(const SandboxRecord& r) {
   Statement s(db_,
               "INSERT OR REPLACE INTO sandboxes (id, state, template, slot, qemu_pid, width, height, timeout_s, "
               "on_timeout, expires_at_ms, created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, "
-              "create_path, create_ms, owner, display, browser_refreshing, recording) "
-              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+              "create_path, create_ms, owner, display, browser_refreshing, recording, limits) "
+              "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!s.ok()) return std::unexpected(Error("saving sandbox"));
   s.Text(1, r.id).Text(2, std::string(vmhost::ToString(r.state))).Text(3, r.template_name).Int(4, r.slot).Int(5, r.qemu_pid);
   s.Int(6, r.width).Int(7, r.height).Int(8, r.timeout_s).Text(9, r.on_timeout).Int(10, r.expires_at_ms);
@@ -259,6 +261,7 @@ std::expected<void, StoreError> Store::PutSandbox(const SandboxRecord& r) {
   s.Text(20, r.display_w && r.display_h ? fmt::format("{}x{}", r.display_w, r.display_h) : std::string());
   s.Int(21, r.browser_refreshing ? 1 : 0);
   s.Int(22, r.recording ? 1 : 0);
+  s.Text(23, r.cpu_weight || r.cpu_max_millis ? fmt::format("{}/{}", r.cpu_weight, r.cpu_max_millis) : std::string());
   if (s.Step() != SQLITE_DONE) return std::unexpected(Error("saving sandbox"));
   return {};
 }
@@ -267,7 +270,7 @@ std::expected<std::vector<SandboxRecord>, StoreError> Store::LoadSandboxes() {
   Statement s(db_,
               "SELECT id, state, template, slot, qemu_pid, width, height, timeout_s, on_timeout, expires_at_ms, "
               "created_at_ms, updated_at_ms, stopped_at_ms, metadata, egress, failure, create_path, create_ms, owner, "
-              "display, browser_refreshing, recording FROM sandboxes ORDER BY created_at_ms");
+              "display, browser_refreshing, recording, limits FROM sandboxes ORDER BY created_at_ms");
   if (!s.ok()) return std::unexpected(Error("loading sandboxes"));
   std::vector<SandboxRecord> out;
   int rc;
@@ -298,6 +301,10 @@ std::expected<std::vector<SandboxRecord>, StoreError> Store::LoadSandboxes() {
     r.owner = s.ColText(18);
     r.browser_refreshing = s.ColInt(20) != 0;
     r.recording = s.ColInt(21) != 0;
+    if (unsigned w = 0, m = 0; std::sscanf(s.ColText(22).c_str(), "%u/%u", &w, &m) == 2) {
+      r.cpu_weight = w;
+      r.cpu_max_millis = m;
+    }
     if (unsigned w = 0, h = 0; std::sscanf(s.ColText(19).c_str(), "%ux%u", &w, &h) == 2) {
       r.display_w = w;
       r.display_h = h;

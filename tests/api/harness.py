@@ -706,12 +706,25 @@ class NdjsonStream:
 
 class ApiTestCase(unittest.TestCase):
     """Base class: subclasses set `dbx` (a started Deskbox) in setUpClass and call
-    `cls.stop_deployment()` in tearDownClass; the deployment's logs are printed when a test
-    of the class failed."""
+    `cls.stop_deployment()` in tearDownClass, or name the Deskbox's keyword arguments in
+    `deployment` and let this class do both; the deployment's logs are printed when a test of
+    the class failed."""
 
     dbx = None
+    deployment = None  # e.g. {"warm_pool": 0}: started in setUpClass, stopped in tearDownClass
     _failed = False
     maxDiff = 4000
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if cls.deployment is not None:
+            cls.start_deployment(**cls.deployment)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop_deployment()
+        super().tearDownClass()
 
     def run(self, result=None):
         before = (len(result.failures), len(result.errors)) if result is not None else None

@@ -27,14 +27,12 @@ def run_client(*args, timeout=300):
 
 
 class CdpTest(ApiTestCase):
+    deployment = {"warm_pool": 1}
+
     @classmethod
     def setUpClass(cls):
         require_npm_packages()
-        cls.start_deployment(warm_pool=1)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
+        super().setUpClass()
 
     def setUp(self):
         self.a = self.create_sandbox()["id"]
@@ -224,14 +222,12 @@ class CdpRightAfterARestoreTest(ApiTestCase):
     browser has reloaded its pages in new renderers. A script that connects at once, and a
     screenshot asked for at once, wait for the reload; they never see a page from the snapshot."""
 
+    deployment = {"warm_pool": 0}
+
     @classmethod
     def setUpClass(cls):
         require_npm_packages()
-        cls.start_deployment(warm_pool=0)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
+        super().setUpClass()
 
     def token(self, sid, scope):
         return self.expect(self.dbx.post(f"/v1/sandboxes/{sid}/tokens", json={"scope": scope}), 201)["token"]

@@ -25,10 +25,6 @@ class FaultsTest(ApiTestCase):
             raise AssertionError(f"create the bystander: {describe(r)}")
         cls.bystander = r.json()["id"]
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
-
     # ---- what the deployment holds -----------------------------------------------------------
 
     def holdings(self):

@@ -20,13 +20,7 @@ GONE = (409, 410)  # deleted (410) or seen leaving the running state first (409)
 
 
 class DeleteDuringOperationsTest(ApiTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.start_deployment(warm_pool=0)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
+    deployment = {"warm_pool": 0}
 
     def _client_connections(self):
         """Established connections to deskboxd's API port: clients' (this test's keep-alive

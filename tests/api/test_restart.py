@@ -24,13 +24,7 @@ from wsclient import CdpPage
 
 
 class RestartTest(ApiTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.start_deployment(warm_pool=0)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
+    deployment = {"warm_pool": 0}
 
     def new_qemu(self, before, what):
         after = self.dbx.qemu_processes()

@@ -96,10 +96,6 @@ class SandboxTest(ApiTestCase):
             cls.stop_deployment()
             raise
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
-
     # ---- helpers ----------------------------------------------------------------------------
 
     def check_sandbox(self, sb, what="sandbox"):

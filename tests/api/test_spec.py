@@ -883,10 +883,6 @@ class SpecTest(ApiTestCase):
         cls.expired_token = expiring["token"]
         time.sleep(max(0.0, 2.0 - (time.monotonic() - t0)))
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.stop_deployment()
-
     # ---- helpers ----------------------------------------------------------------------------
 
     def validate(self, op, schema_node, instance, what):

@@ -250,6 +250,17 @@ TEST(Create, AllOptions) {
       "metadata":{"owner":"ana","ticket":"a=b","empty":""}})"));
 }
 
+TEST(Create, LimitsGoInOneObject) {
+  auto r = CreateRequest(ParseAs<CreateCommand>({"create", "--cpu-weight", "50", "--cpu-max=0.5"}));
+  ASSERT_TRUE(r.body);
+  EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"cpu_weight":50,"cpu_max":0.5}})"));
+  r = CreateRequest(ParseAs<CreateCommand>({"create", "--cpu-max", "1"}));
+  EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"cpu_max":1.0}})"));
+  for (const char* bad : {"0", "-1", "half", "0.5x", ""})
+    EXPECT_NE(UsageError({"create", "--cpu-max", bad}).find("--cpu-max"), std::string::npos) << bad;
+  EXPECT_NE(UsageError({"create", "--cpu-weight", "lots"}), "");
+}
+
 TEST(Create, NoOptionsSendsEmptyObject) {
   auto r = CreateRequest(ParseAs<CreateCommand>({"create"}));
   ASSERT_TRUE(r.body);

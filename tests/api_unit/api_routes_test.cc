@@ -139,6 +139,71 @@ TEST_F(ApiRoutesTest, PatchChangesTimeoutMetadataAndDisplay) {
   EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + id, R"({"timeout_s": 5})").status, 409u);
 }
 
+TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
+  auto calls = [this] { return h_.OnServer([this] { return h_.host().calls; }); };
+  auto cpu = [this](const std::string& id) {
+    return h_.OnServer([this, id] {
+      auto it = h_.host().cpu_limits.find(id);
+      return it == h_.host().cpu_limits.end() ? std::string("none")
+                                              : fmt::format("{}/{}", it->second.weight, it->second.max_millis);
+    });
+  };
+  // Defaults: shown as in force, and no cgroup write (a new QEMU's group has them already).
+  std::string plain = Create();
+  auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + plain));
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 100}, {"cpu_max", 2.0}})) << sb.dump();
+  EXPECT_EQ(cpu(plain), "none");
+  std::string same = Create({{"limits", {{"cpu_weight", 100}, {"cpu_max", 2}}}});
+  EXPECT_EQ(cpu(same), "none") << "the defaults, spelt out, change nothing";
+  // Given: in force before the answer, and on record.
+  std::string capped = Create({{"limits", {{"cpu_weight", 10}, {"cpu_max", 0.5}}}});
+  EXPECT_EQ(cpu(capped), "10/500");
+  sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + capped));
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 0.5}})) << sb.dump();
+  // Changed live: a field not given keeps its value; paused too.
+  auto r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_max": 1.25}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 1.25}}));
+  EXPECT_EQ(cpu(capped), "10/1250");
+  ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + capped + "/pause").status, 200u);
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 2500}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(cpu(capped), "2500/1250");
+  // Wrong values: 400 naming the field, nothing written.
+  size_t before = calls().size();
+  for (const char* bad : {R"({"limits": {"cpu_weight": 0}})", R"({"limits": {"cpu_weight": 10001}})",
+                          R"({"limits": {"cpu_max": 0.001}})", R"({"limits": {"cpu_max": 3}})",
+                          R"({"limits": {"cpu_max": "1"}})", R"({"limits": {"memory": 1}})", R"({"limits": 5})"}) {
+    for (std::string target : {std::string("/v1/sandboxes"), "/v1/sandboxes/" + plain}) {
+      r = h_.Call(target == "/v1/sandboxes" ? verb::post : verb::patch, target, bad);
+      EXPECT_EQ(r.status, 400u) << bad << " " << r.body;
+      EXPECT_EQ(Code(r), "invalid_request") << bad;
+      EXPECT_NE(r.body.find("limits"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_EQ(calls().size(), before) << "refused input reaches no VM";
+  // A cgroup that cannot be written: the create fails and leaves no VM; a patch changes nothing.
+  size_t alive = h_.OnServer([this] { return h_.host().alive(); });
+  h_.OnServer([this] {
+    h_.host().fail_next_limits = VmError{VmError::Code::kQemu, "cpu limits: write cpu.shares: No such file"};
+    return 0;
+  });
+  r = h_.Call(verb::post, "/v1/sandboxes", R"({"limits": {"cpu_weight": 50}})");
+  EXPECT_EQ(r.status, 500u) << r.body;
+  EXPECT_EQ(h_.OnServer([this] { return h_.host().alive(); }), alive);
+  h_.OnServer([this] {
+    h_.host().fail_next_limits = VmError{VmError::Code::kQemu, "cpu limits: write cpu.shares: No such file"};
+    return 0;
+  });
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 7}, "timeout_s": 9})");
+  EXPECT_EQ(r.status, 500u) << r.body;
+  sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + capped));
+  EXPECT_EQ(sb["limits"]["cpu_weight"], 2500);
+  EXPECT_NE(sb["timeout_s"], 9);
+  ASSERT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + capped).status, 204u);
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 7}})").status, 409u);
+}
+
 TEST_F(ApiRoutesTest, TimeoutsFollowTheClock) {
   std::string paused = Create({{"timeout_s", 60}});
   std::string stopped = Create({{"timeout_s", 60}, {"on_timeout", "stop"}});

@@ -55,7 +55,8 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
   }
 
   // Test controls; call them on the server's thread.
-  std::optional<VmError> fail_next_create, fail_next_pause, fail_next_resume, fail_next_egress;
+  std::optional<VmError> fail_next_create, fail_next_pause, fail_next_resume, fail_next_egress, fail_next_limits;
+  std::map<std::string, vmhost::CpuLimits> cpu_limits;  // what SetCpuLimits last set, by id
   std::set<std::string> adopt;  // ids Recover adopts (running); the rest are lost
   std::vector<std::string> calls;
   // Each sandbox's guest agent, made with it; erase one to take the sandbox's agent away.
@@ -147,6 +148,14 @@ class FakeSandboxHost final : public vmhost::SandboxHost {
     calls.push_back("resume " + id);
     if (std::exchange(hold_next_resume, false)) co_await Hold();
     co_return Move(id, State::kPaused, State::kRunning, fail_next_resume);
+  }
+  boost::asio::awaitable<std::expected<void, VmError>> SetCpuLimits(const std::string& id,
+                                                                    vmhost::CpuLimits limits) override {
+    calls.push_back(fmt::format("cpu {} {} {}", id, limits.weight, limits.max_millis));
+    if (fail_next_limits) co_return std::unexpected(*std::exchange(fail_next_limits, std::nullopt));
+    if (!Find(id)) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+    cpu_limits[id] = limits;
+    co_return std::expected<void, VmError>{};
   }
   std::shared_ptr<Sandbox> Find(const std::string& id) const override {
     auto it = sandboxes_.find(id);

@@ -67,6 +67,22 @@ TEST(JsonInputTest, TypesRangesAndUnknownFields) {
   EXPECT_TRUE(h.Finish());
 }
 
+TEST(JsonInputTest, NumbersTakeIntegersAndFractionsWithinRange) {
+  json j = json::parse(R"({"a": 2, "b": 0.25, "c": 18446744073709551615})");
+  ObjectReader in(j);
+  EXPECT_EQ(in.Number("a", 0.01, 2), 2.0);
+  EXPECT_EQ(in.Number("b", 0.01, 2), 0.25);
+  EXPECT_FALSE(in.Number("c", 0.01, 2));
+  EXPECT_NE(in.Finish().value_or("").find("c must be between 0.01 and 2"), std::string::npos);
+  for (const char* bad : {R"({"a": "1"})", R"({"a": true})", R"({"a": null})", R"({"a": 0.001})"}) {
+    json b = json::parse(bad);
+    ObjectReader r(b);
+    auto v = r.Number("a", 0.01, 2);
+    EXPECT_FALSE(v) << bad;
+    EXPECT_EQ(!r.Finish(), std::string(bad).find("null") != std::string::npos) << bad << ": null is absent";
+  }
+}
+
 TEST(JsonInputTest, NestedNamesAndNotAnObject) {
   json j = json::parse(R"({"width": -1})");
   ObjectReader in(j, "resolution");

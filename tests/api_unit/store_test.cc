@@ -102,7 +102,11 @@ TEST_P(StoreMigrationTest, OpensTheDatabaseOfAnOlderReleaseAndKeepsEveryRow) {
       EXPECT_EQ(r.slot, i + 1);
       EXPECT_EQ(r.created_at_ms, 1764400000000 + int64_t(i + 1) * 1000);
       EXPECT_EQ(r.owner, "key_00000000000000a1");
-      EXPECT_TRUE(r.recording) << "version 4's column defaults to recorded";
+      // recording came with version 4 (the fixture's second sandbox is not recorded), limits
+      // with 5: before that, their defaults.
+      EXPECT_EQ(r.recording, !(from >= 4 && i == 1));
+      EXPECT_EQ(r.cpu_weight, 0u);
+      EXPECT_EQ(r.cpu_max_millis, 0u);
     }
     EXPECT_EQ(sandboxes->at(1).on_timeout, "stop");
     EXPECT_EQ(sandboxes->at(1).egress_json, "");
@@ -170,6 +174,38 @@ TEST(StoreMigrationFixturesTest, ThereIsOneForEveryOlderVersion) {
   for (int v = 1; v < kSchemaVersion; ++v)
     EXPECT_TRUE(fs::exists(fs::path(DESKBOX_STATE_FIXTURES) / ("state-v" + std::to_string(v) + ".db")))
         << "no fixture of schema version " << v << " (tests/api_unit/data/README.md says how to make one)";
+}
+
+TEST(StoreLimitsTest, ASandboxsLimitsAreKeptAndDefaultsStayEmpty) {
+  auto dir = TempDir("limits");
+  std::string path = (dir / kStateDatabase).string();
+  {
+    auto store = Store::Open(path);
+    ASSERT_TRUE(store) << store.error();
+    SandboxRecord a, b;
+    a.id = "sb-00000000000000a1";
+    a.cpu_weight = 10;
+    a.cpu_max_millis = 500;
+    b.id = "sb-00000000000000b2";
+    b.created_at_ms = 1;
+    ASSERT_TRUE((*store)->PutSandbox(a));
+    ASSERT_TRUE((*store)->PutSandbox(b));
+  }
+  {
+    Raw raw(path);
+    EXPECT_EQ(raw.Text("SELECT limits FROM sandboxes WHERE id = 'sb-00000000000000a1'"), "10/500");
+    EXPECT_EQ(raw.Text("SELECT limits = '' FROM sandboxes WHERE id = 'sb-00000000000000b2'"), "1");
+  }
+  auto store = Store::Open(path);
+  ASSERT_TRUE(store) << store.error();
+  auto loaded = (*store)->LoadSandboxes();
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  ASSERT_EQ(loaded->size(), 2u);
+  EXPECT_EQ(loaded->at(0).cpu_weight, 10u);
+  EXPECT_EQ(loaded->at(0).cpu_max_millis, 500u);
+  EXPECT_EQ(loaded->at(1).cpu_weight, 0u);
+  EXPECT_EQ(loaded->at(1).cpu_max_millis, 0u);
+  fs::remove_all(dir);
 }
 
 // ---- Backup ----

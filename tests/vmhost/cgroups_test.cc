@@ -119,6 +119,45 @@ TEST_F(FakeCgroupfs, V1WithoutAControllerFailsNamingTheFile) {
       << r.error();
 }
 
+TEST_F(FakeCgroupfs, CpuShareAndCapOfARunningGroup) {
+  // Empty control files again before each write (a plain file keeps a longer old value's tail).
+  auto reset = [&] {
+    Group("deskbox/s", {"cpu.weight", "cpu.max"});
+    Group("cpu/deskbox/s", {"cpu.shares", "cpu.cfs_quota_us"});
+  };
+  reset();
+  auto v2 = MakeCgroups("v2", root_.string(), "deskbox");
+  auto v1 = MakeCgroups("v1", root_.string(), "deskbox");
+  ASSERT_TRUE(v2->SetCpu("s", {.weight = 10, .max_millis = 500}));
+  EXPECT_EQ(Read("deskbox/s/cpu.weight"), "10");
+  EXPECT_EQ(Read("deskbox/s/cpu.max"), "50000 100000");
+  ASSERT_TRUE(v1->SetCpu("s", {.weight = 10, .max_millis = 500}));
+  EXPECT_EQ(Read("cpu/deskbox/s/cpu.shares"), "102");
+  EXPECT_EQ(Read("cpu/deskbox/s/cpu.cfs_quota_us"), "50000");
+  // The extremes: weight 1 is 10 v1 shares; 10 thousandths is a 1 ms quota.
+  reset();
+  ASSERT_TRUE(v1->SetCpu("s", {.weight = 1, .max_millis = 10}));
+  EXPECT_EQ(Read("cpu/deskbox/s/cpu.shares"), "10");  // 1 × 1024 / 100, rounded down
+  EXPECT_EQ(Read("cpu/deskbox/s/cpu.cfs_quota_us"), "1000");
+  // Out of range is refused before anything is written.
+  reset();
+  ASSERT_TRUE(v2->SetCpu("s", {.weight = 10000, .max_millis = 2000}));
+  for (auto* cg : {v1.get(), v2.get()}) {
+    SCOPED_TRACE(cg->version());
+    for (CpuLimits bad : {CpuLimits{.weight = 0}, CpuLimits{.weight = 10001}, CpuLimits{.max_millis = 9}}) {
+      auto r = cg->SetCpu("s", bad);
+      ASSERT_FALSE(r);
+      EXPECT_NE(r.error().find(bad.max_millis < 10 ? "cpu max 9" : "cpu weight"), std::string::npos) << r.error();
+    }
+  }
+  EXPECT_EQ(Read("deskbox/s/cpu.weight"), "10000");
+  EXPECT_EQ(Read("deskbox/s/cpu.max"), "200000 100000");
+  // A group that is not there: the error names the file.
+  auto r = v2->SetCpu("gone", {});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().find("write " + (root_ / "deskbox/gone/cpu.weight").string()), std::string::npos) << r.error();
+}
+
 TEST_F(FakeCgroupfs, RemoveTakesTheGroupAndThenTheSubtree) {
   for (const char* v : {"v1", "v2"}) {
     SCOPED_TRACE(v);

@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
@@ -46,6 +47,19 @@ std::expected<void, std::string> RmdirRetry(const std::string& path) {
   return std::unexpected(fmt::format("rmdir {}: {}", path, ErrnoString(errno)));
 }
 
+std::expected<void, std::string> CheckCpu(const CpuLimits& cpu) {
+  if (cpu.weight < kMinCpuWeight || cpu.weight > kMaxCpuWeight)
+    return std::unexpected(fmt::format("cpu weight {} is outside {}..{}", cpu.weight, kMinCpuWeight, kMaxCpuWeight));
+  if (cpu.max_millis < kMinCpuMaxMillis)
+    return std::unexpected(fmt::format("cpu max {} thousandths of a CPU is under {}", cpu.max_millis, kMinCpuMaxMillis));
+  return {};
+}
+
+std::expected<void, std::string> Write(const std::string& path, const std::string& value) {
+  if (!WriteSmall(path, value)) return std::unexpected(fmt::format("write {}: {}", path, ErrnoString(errno)));
+  return {};
+}
+
 class CgroupsV1 final : public Cgroups {
  public:
   CgroupsV1(std::string root, std::string name) : root_(std::move(root)), name_(std::move(name)) {}
@@ -76,6 +90,14 @@ class CgroupsV1 final : public Cgroups {
     return {};
   }
 
+
+  std::expected<void, std::string> SetCpu(const std::string& slot, const CpuLimits& cpu) override {
+    if (auto r = CheckCpu(cpu); !r) return r;
+    const std::string dir = Dir("cpu", slot);
+    if (auto r = Write(dir + "/cpu.shares", std::to_string(std::max<uint64_t>(2, uint64_t{cpu.weight} * 1024 / 100))); !r)
+      return r;
+    return Write(dir + "/cpu.cfs_quota_us", std::to_string(uint64_t{cpu.max_millis} * 100));
+  }
 
   std::vector<std::string> ProcsFiles(const std::string& slot) const override {
     std::vector<std::string> v;
@@ -132,6 +154,12 @@ class CgroupsV2 final : public Cgroups {
     }
     if (auto r = set("pids.max", std::to_string(limits.pids)); !r) return r;
     return {};
+  }
+
+  std::expected<void, std::string> SetCpu(const std::string& slot, const CpuLimits& cpu) override {
+    if (auto r = CheckCpu(cpu); !r) return r;
+    if (auto r = Write(Dir(slot) + "/cpu.weight", std::to_string(cpu.weight)); !r) return r;
+    return Write(Dir(slot) + "/cpu.max", fmt::format("{} 100000", uint64_t{cpu.max_millis} * 100));
   }
 
   std::vector<std::string> ProcsFiles(const std::string& slot) const override {

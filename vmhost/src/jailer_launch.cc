@@ -417,7 +417,7 @@ JailerServer::Reply JailerServer::Launch(const jailer::v1::Launch& r) {
 
   auto pid = StartJailed(plan, netns.get(), tap->get(), log_fd.get());
   if (!pid) return std::move(pid.error());
-  slots_[plan.slot] = Slot{*pid, plan.template_name};
+  slots_[plan.slot] = Slot{*pid, plan.template_name, plan.spec.smp};
   (void)WriteFileAtomic(plan.slot_dir + "/qemu.pid", std::to_string(*pid) + "\n", 0644);
   auto handles = AwaitQemu(plan, *pid, log_path);
   if (!handles) return std::move(handles.error());

@@ -134,6 +134,7 @@ JailerServer::Reply JailerServer::Handle(const Request& request) {
     case Request::kOpenEgressSockets: reply = OpenEgressSockets(request.open_egress_sockets()); break;
     case Request::kOpenUplinkSockets: reply = OpenUplinkSockets(request.open_uplink_sockets()); break;
     case Request::kSetSlotPriority: reply = SetSlotPriority(request.set_slot_priority()); break;
+    case Request::kSetSlotLimits: reply = SetSlotLimits(request.set_slot_limits()); break;
     case Request::kTrimTranslationCache: reply = TrimTranslationCache(request.trim_translation_cache()); break;
     default: reply = Fail(EINVAL, "unknown request");
   }
@@ -325,6 +326,20 @@ JailerServer::Reply JailerServer::SetSlotPriority(const jailer::v1::SetSlotPrior
     if (tid > 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) == 0) ++changed;
   }
   if (changed == 0) return Fail(ESRCH, fmt::format("slot {}: no QEMU thread to set", r.slot()));
+  return Ok();
+}
+
+JailerServer::Reply JailerServer::SetSlotLimits(const jailer::v1::SetSlotLimits& r) {
+  if (r.slot() >= config_.max_slots) return Fail(EINVAL, "slot out of range");
+  auto it = slots_.find(r.slot());
+  if (it == slots_.end() || !ProcessAlive(it->second.qemu_pid))
+    return Fail(ESRCH, fmt::format("slot {} runs no QEMU", r.slot()));
+  // The cap never passes the slot's vCPUs (what Launch set): a guest cannot use more.
+  const uint32_t vcpus = it->second.smp ? it->second.smp : std::max(1u, std::thread::hardware_concurrency());
+  if (r.cpu_max_millis() > vcpus * 1000)
+    return Fail(EINVAL, fmt::format("cpu max {} thousandths is more than the slot's {} vCPUs", r.cpu_max_millis(), vcpus));
+  if (auto e = cgroups_->SetCpu(CgroupName(r.slot()), {.weight = r.cpu_weight(), .max_millis = r.cpu_max_millis()}); !e)
+    return Fail(EINVAL, e.error());
   return Ok();
 }
 

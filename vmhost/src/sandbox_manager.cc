@@ -189,6 +189,22 @@ asio::awaitable<void> SandboxManager::SetPriority(Sandbox& sb, bool background) 
     log::Warn(kLog, "slot {}: priority: {}", sb.slot_, r.error().message);
 }
 
+asio::awaitable<std::expected<void, VmError>> SandboxManager::SetCpuLimits(const std::string& id, CpuLimits limits) {
+  auto sb = Find(id);
+  if (!sb) co_return std::unexpected(VmError{VmError::Code::kNotFound, "no sandbox " + id});
+  if (sb->state_ != SandboxState::kRunning && sb->state_ != SandboxState::kPaused && sb->state_ != SandboxState::kCreating)
+    co_return std::unexpected(VmError{VmError::Code::kInvalidState,
+                                      fmt::format("sandbox {} is {}", id, ToString(sb->state_))});
+  jailer::v1::Request req;
+  auto* l = req.mutable_set_slot_limits();
+  l->set_slot(sb->slot_);
+  l->set_cpu_weight(limits.weight);
+  l->set_cpu_max_millis(limits.max_millis);
+  if (auto r = co_await CallJailer(jailer_, std::move(req)); !r)
+    co_return std::unexpected(VmError{VmError::Code::kQemu, fmt::format("cpu limits: {}", r.error().message)});
+  co_return std::expected<void, VmError>{};
+}
+
 asio::awaitable<void> SandboxManager::LogGuestState(Sandbox& sb, std::string_view why) {
   if (!sb.agent_) co_return;
   agent::v1::Request req;

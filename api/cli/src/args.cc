@@ -70,6 +70,8 @@ Creates a sandbox and prints its id.
   --allow RULE          egress rule to admit; repeatable (see `deskbox egress --help`)
   --deny RULE           egress rule to refuse, checked before --allow; repeatable
 Without any of the last three the sandbox gets the daemon's default policy.
+  --cpu-weight N        CPU share against other sandboxes, 1..10000 (default 100)
+  --cpu-max CPUS        CPU cap, e.g. 0.5 (default: the template's vCPUs); docs/limits.md
 )";
 constexpr std::string_view kListUsage = R"(usage: deskbox ls [--state STATE]
 Lists sandboxes: all but stopped ones, or those in STATE
@@ -489,6 +491,16 @@ class CommandParser {
         {"--timeout", "", true, SetCount(c.timeout_s)},
         {"--on-timeout", "", true, SetOneOf(on_timeout, {"pause", "stop"})},
         {"--meta", "", true, AddPair(c.metadata)},
+        {"--cpu-weight", "", true, SetCount(c.cpu_weight)},
+        {"--cpu-max", "", true,
+         [&c](std::string_view v) -> std::optional<std::string> {
+           double x = 0;
+           auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+           if (ec != std::errc() || end != v.data() + v.size() || !(x > 0))
+             return fmt::format("--cpu-max wants a number of CPUs above 0, e.g. 0.5 (got '{}')", v);
+           c.cpu_max = x;
+           return std::nullopt;
+         }},
     };
     for (auto& o : EgressOptions("--egress-default", egress_default, c.egress))
       options.push_back(std::move(o));

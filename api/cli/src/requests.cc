@@ -33,6 +33,8 @@ ApiRequest CreateRequest(const CreateCommand& c) {
   if (c.on_timeout) body["on_timeout"] = *c.on_timeout;
   if (!c.metadata.empty()) body["metadata"] = c.metadata;
   if (c.egress.given()) body["egress"] = EgressBody(c.egress);
+  if (c.cpu_weight) body["limits"]["cpu_weight"] = *c.cpu_weight;
+  if (c.cpu_max) body["limits"]["cpu_max"] = *c.cpu_max;
   return {verb::post, "/v1/sandboxes", std::move(body)};
 }
 

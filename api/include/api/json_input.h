@@ -26,6 +26,7 @@ class ObjectReader {
  public:
   ObjectReader(const nlohmann::json& value, std::string path = "");
   std::optional<int64_t> Integer(const char* name, int64_t min, int64_t max);
+  std::optional<double> Number(const char* name, double min, double max);  // integer or not
   std::optional<std::string> String(const char* name, size_t min_bytes, size_t max_bytes);
   std::optional<std::string> Enum(const char* name, std::initializer_list<std::string_view> values);
   std::optional<bool> Bool(const char* name);

@@ -44,6 +44,9 @@ struct SandboxRecord {
   // started after one that died meanwhile does the reload again (vmhost WaitBrowserFresh).
   bool browser_refreshing = false;
   bool recording = true;  // its screen is recorded (docs/recording.md)
+  // Its CPU share and cap (`limits`, docs/limits.md); 0: the default (weight 100; a cap of the
+  // template's vCPUs, i.e. none beyond the guest's own).
+  uint32_t cpu_weight = 0, cpu_max_millis = 0;
 };
 
 struct KeyRecord {
@@ -63,7 +66,7 @@ struct TokenRecord {
 // The database's file name in deskboxd's state directory.
 inline constexpr char kStateDatabase[] = "deskbox.db";
 // The schema this build writes; Open migrates every older one (1..) to it.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 struct StoreError {
   enum class Code {

@@ -23,6 +23,7 @@ VERSIONS = {
     1: "5f01118",  # api: deskboxd REST API on Beast
     2: "e6a894d",  # Live view: sandboxes.display
     3: "580331f",  # a refresh left unfinished is done again: sandboxes.browser_refreshing
+    4: "b520625",  # recording: sandboxes.recording
 }
 
 T0 = 1764400000000  # 2025-11-29T07:06:40Z, in ms: every time below is relative to it
@@ -31,7 +32,11 @@ T0 = 1764400000000  # 2025-11-29T07:06:40Z, in ms: every time below is relative 
 def old_schema(commit):
     src = subprocess.run(["git", "show", f"{commit}:api/src/store.cc"], check=True, capture_output=True,
                          text=True).stdout
-    version = int(re.search(r"constexpr int kSchemaVersion = (\d+);", src).group(1))
+    m = re.search(r"constexpr int kSchemaVersion = (\d+);", src)
+    if not m:  # later releases keep it in the header
+        m = re.search(r"constexpr int kSchemaVersion = (\d+);", subprocess.run(
+            ["git", "show", f"{commit}:api/include/api/store.h"], check=True, capture_output=True, text=True).stdout)
+    version = int(m.group(1))
     sql = re.search(r'kSchema = R"sql\((.*?)\)sql"', src, re.S).group(1)
     return version, sql
 
@@ -53,6 +58,7 @@ def sandbox(n, state, **kw):
         "failure": "QEMU exited with status 1" if state == "failed" else "",
         "create_path": ["warm", "prestarted", "cold"][n % 3], "create_ms": 61.5 + n, "owner": "key_00000000000000a1",
         "display": "", "browser_refreshing": 0,  # written by v2 and v3 only
+        "recording": 1,  # v4
     }
     row.update(kw)
     return row
@@ -60,7 +66,7 @@ def sandbox(n, state, **kw):
 
 SANDBOXES = [
     sandbox(1, "running"),
-    sandbox(2, "paused", on_timeout="stop", egress=""),
+    sandbox(2, "paused", on_timeout="stop", egress="", recording=0),
     sandbox(3, "stopped", metadata="{}"),
     sandbox(4, "failed", width=1920, height=1080),
     sandbox(5, "running", display="1024x768", browser_refreshing=1),
@@ -113,7 +119,10 @@ def make(version, commit, out):
 def main():
     here = Path(__file__).resolve().parent
     os.chdir(here)
+    only = {int(v) for v in sys.argv[1:]}  # versions to write (default all)
     for version, commit in VERSIONS.items():
+        if only and version not in only:
+            continue
         make(version, commit, here / f"state-v{version}.db")
         print(f"state-v{version}.db from {commit} (sqlite {sqlite3.sqlite_version})")
     return 0

@@ -59,6 +59,7 @@ class JailerServer {
   struct Slot {
     pid_t qemu_pid = 0;
     std::string template_name;
+    uint32_t smp = 0;  // 0: not known (a QEMU adopted from an earlier jailer)
   };
   Reply CreateSlot(const jailer::v1::CreateSlot& r);
   Reply Launch(const jailer::v1::Launch& r);
@@ -84,6 +85,7 @@ class JailerServer {
   Reply OpenEgressSockets(const jailer::v1::OpenEgressSockets& r);
   Reply OpenUplinkSockets(const jailer::v1::OpenUplinkSockets& r);
   Reply SetSlotPriority(const jailer::v1::SetSlotPriority& r);
+  Reply SetSlotLimits(const jailer::v1::SetSlotLimits& r);
   Reply TrimTranslationCache(const jailer::v1::TrimTranslationCache& r);
   void ReapChildren();
   void KillSlotQemu(uint32_t slot);

@@ -18,6 +18,7 @@
 #include "common/unique_fd.h"
 #include "template.pb.h"
 #include "vmhost/agent_client.h"
+#include "vmhost/cgroups.h"
 #include "vmhost/guest_agent.h"
 #include "vmhost/idle_trim.h"
 #include "vmhost/qmp.h"
@@ -137,6 +138,9 @@ class SandboxHost {
   virtual boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) = 0;
   virtual boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) = 0;
   virtual boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) = 0;
+  // Sets a sandbox's CPU share and cap (its QEMU's cgroup, through the jailer); running or paused.
+  virtual boost::asio::awaitable<std::expected<void, VmError>> SetCpuLimits(const std::string& id,
+                                                                            CpuLimits limits) = 0;
   virtual std::shared_ptr<Sandbox> Find(const std::string& id) const = 0;
   // The sandbox's guest agent (guest_agent.h), or nullptr when it has no live agent channel.
   virtual std::shared_ptr<GuestAgent> Agent(const std::string& id) const = 0;

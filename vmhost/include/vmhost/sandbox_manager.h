@@ -100,6 +100,7 @@ class SandboxManager final : public SandboxHost {
   boost::asio::awaitable<std::expected<void, VmError>> Destroy(const std::string& id) override;
   boost::asio::awaitable<std::expected<void, VmError>> Pause(const std::string& id) override;
   boost::asio::awaitable<std::expected<void, VmError>> Resume(const std::string& id) override;
+  boost::asio::awaitable<std::expected<void, VmError>> SetCpuLimits(const std::string& id, CpuLimits limits) override;
   // Asks the sandbox's QEMU to drop its translation cache from memory (done when a vCPU next
   // idles, within moments on a desktop at rest; the idle trimming does it by itself).
   // above_kib > 0: only if the cache holds more than that in memory (TrimStats::trimmable

@@ -52,6 +52,8 @@ struct CreateCommand {
   std::optional<std::string> on_timeout;  // "pause" | "stop"
   std::map<std::string, std::string> metadata;
   EgressPolicyArgs egress;  // sent only when given()
+  std::optional<uint64_t> cpu_weight;  // limits (docs/limits.md); the daemon checks the ranges
+  std::optional<double> cpu_max;
 };
 struct ListCommand {
   std::optional<std::string> state;

@@ -1,0 +1,155 @@
+"""Abuse contained (docs/limits.md): a CPU burner in one guest hits its sandbox's CPU limits,
+set at create and changed live, while another sandbox's screenshots and clicks stay within a
+stated ratio of their latency next to an idle neighbour, measured in the same run.
+
+The burner's share and cap are its QEMU's cgroup: the test finds that group by the weight the
+create set (nothing else has it), reads the kernel's accounting of the group's CPU time, and
+checks the files the limits wrote."""
+
+import glob
+import os
+import statistics
+import time
+import unittest
+
+from harness import ApiTestCase
+
+# Stated ratios (docs/limits.md): the victim's p50 next to a burner at the default limits,
+# against its p50 next to the same sandbox idle, measured in the same run. Three runs here:
+# screenshot 1.06-1.55x (deskboxd's own work, contending with two busy vCPU threads on 2 cores),
+# click 1.00-1.06x (the call is mostly its wait for the screen to settle).
+SCREENSHOT_RATIO = 2.0
+CLICK_RATIO = 1.5
+BURNER_WEIGHT = 50
+SAMPLES = 20
+USAGE_SECONDS = 5.0
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def cpu_seconds(group):
+    """CPU time the group has used, in seconds: cgroup v2 cpu.stat, or on v1 (where the jailer
+    makes no cpuacct group) the user and system time of the processes in the cpu group."""
+    if group["v2"]:
+        stat = os.path.join(group["cpu"], "cpu.stat")
+        for line in read(stat).splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise AssertionError(f"{stat} has no usage_usec")
+    ticks = 0
+    for pid in read(os.path.join(group["cpu"], "cgroup.procs")).split():
+        fields = read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def cores_used(group, seconds=USAGE_SECONDS):
+    t0, c0 = time.monotonic(), cpu_seconds(group)
+    time.sleep(seconds)
+    return (cpu_seconds(group) - c0) / (time.monotonic() - t0)
+
+
+class CpuBurnerTest(ApiTestCase):
+    # No pool: a refill's restore would burn CPU in the middle of the measurements.
+    deployment = {"warm_pool": 0}
+
+    def create(self, **body):
+        r = self.dbx.post("/v1/sandboxes", json=body, timeout=300)
+        self.expect(r, 201, f"create {body}")
+        sid = r.json()["id"]
+        deadline = time.time() + 300
+        while not self.dbx.get(f"/v1/sandboxes/{sid}").json()["browser_ready"]:
+            self.assertLess(time.time(), deadline, "the browser did not get ready")
+            time.sleep(1)
+        return r.json()
+
+    def burner_group(self):
+        """The slot cgroup with the burner's weight: {"v2": bool, "cpu": its path}."""
+        name = self.dbx.cgroup_name
+        v2 = os.path.exists(f"/sys/fs/cgroup/{name}/cgroup.procs")
+        if v2:
+            found = [os.path.dirname(p) for p in glob.glob(f"/sys/fs/cgroup/{name}/*/cpu.weight")
+                     if read(p).strip() == str(BURNER_WEIGHT)]
+        else:
+            shares = str(BURNER_WEIGHT * 1024 // 100)
+            found = [os.path.dirname(p) for p in glob.glob(f"/sys/fs/cgroup/cpu/{name}/*/cpu.shares")
+                     if read(p).strip() == shares]
+        self.assertEqual(len(found), 1, f"one slot group with the burner's weight, found {found}")
+        return {"v2": v2, "cpu": found[0]}
+
+    def quota(self, group):
+        if group["v2"]:
+            return read(os.path.join(group["cpu"], "cpu.max")).split()[0]
+        return read(os.path.join(group["cpu"], "cpu.cfs_quota_us")).strip()
+
+    def victim_latency(self, sid):
+        """p50 ms of a PNG screenshot and of a click action (the call, the pointer moved there)."""
+        shots, clicks = [], []
+        for i in range(SAMPLES):
+            t = time.monotonic()
+            r = self.dbx.get(f"/v1/sandboxes/{sid}/screenshot", params={"format": "png"}, timeout=120)
+            shots.append((time.monotonic() - t) * 1000)
+            self.expect(r, 200, "screenshot")
+            t = time.monotonic()
+            r = self.dbx.post(f"/v1/sandboxes/{sid}/actions", timeout=120, json={
+                "actions": [{"type": "click", "x": 300 + 40 * (i % 5), "y": 300 + 30 * (i % 4)}]})
+            clicks.append((time.monotonic() - t) * 1000)
+            self.expect(r, 200, "click")
+        return statistics.median(shots), statistics.median(clicks)
+
+    def patch_limits(self, sid, **limits):
+        r = self.dbx.request("PATCH", f"/v1/sandboxes/{sid}", json={"limits": limits}, timeout=60)
+        self.expect(r, 200, f"patch limits {limits}")
+        return r.json()["limits"]
+
+    def test_cpu_burner_hits_its_limits_and_the_neighbour_keeps_its_latency(self):
+        victim = self.create()["id"]
+        created = self.create(limits={"cpu_weight": BURNER_WEIGHT})
+        burner = created["id"]
+        self.assertEqual(created["limits"], {"cpu_weight": BURNER_WEIGHT, "cpu_max": 2.0}, created)
+        group = self.burner_group()
+        self.assertEqual(self.quota(group), "200000", "the default cap is the template's 2 vCPUs")
+
+        idle_shot, idle_click = self.victim_latency(victim)
+        r = self.dbx.post(f"/v1/sandboxes/{burner}/exec", timeout=60, json={"argv": [
+            "sh", "-c", "for i in 1 2 3 4; do setsid sh -c 'while :; do :; done' >/dev/null 2>&1 </dev/null & done"]})
+        self.expect(r, 200, "start the burner")
+        burning = cores_used(group)
+        self.assertGreater(burning, 1.2, "four busy loops in a 2-vCPU guest keep more than one core busy")
+        busy_shot, busy_click = self.victim_latency(victim)
+        print(f"\nvictim p50 ms, neighbour idle -> burning {burning:.2f} cores at weight {BURNER_WEIGHT}: "
+              f"screenshot {idle_shot:.1f} -> {busy_shot:.1f} ({busy_shot / idle_shot:.2f}x), "
+              f"click {idle_click:.1f} -> {busy_click:.1f} ({busy_click / idle_click:.2f}x)", flush=True)
+
+        # The cap, changed live: the burner gets at most half a CPU, however idle the host.
+        self.assertEqual(self.patch_limits(burner, cpu_max=0.5), {"cpu_weight": BURNER_WEIGHT, "cpu_max": 0.5})
+        self.assertEqual(self.quota(group), "50000")
+        capped = cores_used(group)
+        print(f"burner capped at 0.5 CPU: {capped:.3f} cores", flush=True)
+        self.assertLess(capped, 0.56)
+        self.assertGreater(capped, 0.35, "the burner still runs, within its cap")
+
+        # Back to the defaults: the stated ratios hold next to a burner of equal weight.
+        self.assertEqual(self.patch_limits(burner, cpu_weight=100, cpu_max=2), {"cpu_weight": 100, "cpu_max": 2.0})
+        self.assertEqual(self.quota(group), "200000")
+        self.assertGreater(cores_used(group, 3), 1.2)
+        shot, click = self.victim_latency(victim)
+        print(f"next to a burner at the default limits: screenshot {shot:.1f} ms ({shot / idle_shot:.2f}x), "
+              f"click {click:.1f} ms ({click / idle_click:.2f}x)", flush=True)
+        self.assertLessEqual(shot / idle_shot, SCREENSHOT_RATIO)
+        self.assertLessEqual(click / idle_click, CLICK_RATIO)
+
+        # The victim's own limits were never touched; deleting the burner frees its group.
+        self.assertEqual(self.dbx.get(f"/v1/sandboxes/{victim}").json()["limits"], {"cpu_weight": 100, "cpu_max": 2.0})
+        self.assertEqual(self.dbx.request("DELETE", f"/v1/sandboxes/{burner}").status_code, 204)
+        deadline = time.time() + 30
+        while os.path.isdir(group["cpu"]) and time.time() < deadline:
+            time.sleep(0.2)
+        self.assertFalse(os.path.isdir(group["cpu"]), "the burner's cgroup is gone with it")
+
+
+if __name__ == "__main__":
+    unittest.main()
