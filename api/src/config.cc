@@ -211,7 +211,7 @@ const std::vector<Setting>& Settings() {
       {"--recording-segment", "DESKBOX_RECORDING_SEGMENT_S", "SECONDS",
        "longest recording segment, 10..600 (default 60)", Number(&DaemonConfig::recording_segment_s, 10, 600)},
       {"--recording-keyframe", "DESKBOX_RECORDING_KEYFRAME_S", "SECONDS",
-       "a keyframe at least this often; a crash loses at most this much video, 1..10 (default 2)",
+       "keyframes at most this far apart while the screen changes, and fragments at most this long; a crash loses at most this much video, 1..10 (default 2)",
        Number(&DaemonConfig::recording_keyframe_s, 1, 10)},
       {"--recording-quota", "DESKBOX_RECORDING_QUOTA_MIB", "MIB",
        "disk for all recordings; over it, recordings of deleted sandboxes go first, oldest first, then "

@@ -6,6 +6,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <deque>
+#include <optional>
 
 #include "recorder/event_json.h"
 
@@ -116,6 +117,7 @@ Reply EventRoutes::GetEvents(Call& c) {
       }
     };
     bool ok = co_await read_file();
+    std::optional<std::chrono::steady_clock::time_point> tail_until;
     while (ok && *alive && !w.ClientGone()) {
       while (ok && !q->events.empty()) {
         recorder::Event e = std::move(q->events.front());
@@ -131,13 +133,19 @@ Reply EventRoutes::GetEvents(Call& c) {
       if (!ok) break;
       const SandboxRecord* r = ctx_.sandboxes.Find(id);
       bool ended = !r || r->state == SandboxState::kStopped || r->state == SandboxState::kFailed;
+      bool waiting_tail = false;
       if (ended) {
-        // Its last events may still be on their way to the file.
-        ok = co_await read_file();
-        if (q->events.empty()) break;
-        continue;
+        if (!tail_until) tail_until = std::chrono::steady_clock::now() + kFollowTail;
+        // Events still to come (the recording's last segment): wait for them, not for ever.
+        waiting_tail = still_writing_ && still_writing_(id) && std::chrono::steady_clock::now() < *tail_until;
+        if (!waiting_tail) {
+          // Its last events may still be on their way to the file.
+          ok = co_await read_file();
+          if (q->events.empty()) break;
+          continue;
+        }
       }
-      q->wake.expires_after(1s);
+      q->wake.expires_after(waiting_tail ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000));
       boost::system::error_code ec;
       co_await q->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }

@@ -406,7 +406,16 @@ void RecordingRoutes::StopRecorder(const std::string& id, int64_t end_ms) {
   auto rec = l->recorder;
   RecordingOf(id).dropped += rec->stats().dropped;
   totals_.dropped_frames += rec->stats().dropped;
-  asio::post(pool_, [rec, end_ms] { rec->Stop(end_ms); });
+  ++finishing_[id];
+  // Stop reports the last segment by posting OnSegment to the executor; what is posted after it
+  // runs after that.
+  asio::post(pool_, [this, rec, end_ms, id, ex = ctx_.executor, alive = alive_] {
+    rec->Stop(end_ms);
+    asio::post(ex, [this, id, alive] {
+      if (!*alive) return;
+      if (auto it = finishing_.find(id); it != finishing_.end() && --it->second <= 0) finishing_.erase(it);
+    });
+  });
 }
 
 void RecordingRoutes::Fail(const std::string& id, const std::string& why) {

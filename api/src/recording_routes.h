@@ -44,6 +44,9 @@ class RecordingRoutes final : public SandboxStateListener {
     uint64_t segments = 0;
   };
   Totals totals() const;
+  // Whether a segment of sandbox `id`'s recording is still being finished: its event is still to
+  // come (a follower of the sandbox's events waits for it).
+  bool Finishing(const std::string& id) const { return finishing_.contains(id); }
 
  private:
   struct Live;
@@ -92,6 +95,7 @@ class RecordingRoutes final : public SandboxStateListener {
   boost::asio::thread_pool pool_{1};
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::map<std::string, std::unique_ptr<Live>> live_;
+  std::map<std::string, int> finishing_;  // recorders stopped whose last segment is being finished
   std::map<std::string, std::unique_ptr<Recording>> recordings_;
   boost::asio::steady_timer sweep_timer_;
   Totals totals_;

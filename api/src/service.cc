@@ -143,6 +143,7 @@ ApiService::ApiService(asio::any_io_executor executor, vmhost::SandboxHost& mana
   sandboxes_.Subscribe(recordings_.get());
   sandboxes_.Subscribe(mirrors_.get());
   sandboxes_.Subscribe(egress_.get());
+  events_->SetStillWriting([this](const std::string& id) { return recordings_->Finishing(id); });
   // A sandbox with a live view or a CDP session open is not trimmed, however idle.
   manager_.SetInUse([this](const std::string& id) {
     return cdp_->proxy().Sessions(id) > 0 || viewers_->bridge().Viewers(id) > 0;

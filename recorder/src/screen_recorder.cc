@@ -106,7 +106,7 @@ void ScreenRecorder::Loop() {
         cv_.wait(lk);
         continue;
       }
-      // Wake for the next keep-alive keyframe too.
+      // Wake for the next keep-alive frame too.
       cv_.wait_for(lk, settings_.encoder.keyframe_every / 4);
       if (queue_.empty() && !stopping_ && encoder_) {
         lk.unlock();

@@ -106,8 +106,13 @@ std::expected<std::unique_ptr<SegmentEncoder>, EncoderError> SegmentEncoder::Ope
   if (int e = avcodec_parameters_from_context(av.stream->codecpar, av.codec); e < 0) return Fail("stream", e);
   if (int e = avio_open(&av.format->pb, path.c_str(), AVIO_FLAG_WRITE); e < 0) return Fail(path, e);
   AVDictionary* options = nullptr;
-  // An empty moov, then one moof + mdat per keyframe: playable up to its last whole fragment.
+  // An empty moov, then moof + mdat fragments: playable up to its last whole fragment. A
+  // fragment ends before each keyframe and before the first frame `keyframe_every` or more after
+  // its own first (a still screen's keep-alive frame): the muxer then gives its last frame the
+  // duration up to that frame's time.
   av_dict_set(&options, "movflags", "frag_keyframe+empty_moov+default_base_moof", 0);
+  av_dict_set(&options, "frag_duration",
+              std::to_string(std::chrono::microseconds(settings.keyframe_every).count()).c_str(), 0);
   int e = avformat_write_header(av.format, &options);
   av_dict_free(&options);
   if (e < 0) return Fail("mp4 header", e);
@@ -146,8 +151,21 @@ std::expected<void, EncoderError> SegmentEncoder::AddFrame(const uint8_t* bgrx, 
 std::expected<void, EncoderError> SegmentEncoder::KeepAlive(int64_t now_ms) {
   if (finished_) return Fail("the segment is finished");
   if (stats_.frames == 0 || now_ms <= stats_.last_pts_ms) return {};
-  if (now_ms - last_key_ms_ < settings_.keyframe_every.count()) return {};
-  return Encode(now_ms, true);  // the same picture, as a keyframe
+  if (now_ms - fragment_start_ms_ < settings_.keyframe_every.count()) return {};
+  // The same picture again: starts a fragment and so puts the one before it on disk.
+  return Repeat(now_ms);
+}
+
+std::expected<void, EncoderError> SegmentEncoder::Repeat(int64_t pts_ms, int64_t duration_ms) {
+  // Predicted from the picture before, which it equals: a frame of skipped macroblocks, a dozen
+  // bytes. At the stream's CRF an unchanged picture is the least complex there is, so the rate
+  // control would give it a lower quantiser than the keyframe had and spend as much as half a
+  // keyframe refining what is already shown; at CRF 51 the residual quantises to nothing.
+  // (libx264 takes a changed `crf` at the next frame it is sent.)
+  av_opt_set(av_->codec->priv_data, "crf", "51", 0);
+  auto r = Encode(pts_ms, false, duration_ms);
+  av_opt_set(av_->codec->priv_data, "crf", std::to_string(settings_.crf).c_str(), 0);
+  return r;
 }
 
 std::expected<void, EncoderError> SegmentEncoder::Encode(int64_t pts_ms, bool keyframe, int64_t duration_ms) {
@@ -161,6 +179,9 @@ std::expected<void, EncoderError> SegmentEncoder::Encode(int64_t pts_ms, bool ke
     ++stats_.keyframes;
     last_key_ms_ = pts_ms;
   }
+  // Where the muxer starts a fragment (see Open): at a keyframe, or once the fragment is long.
+  if (keyframe || fragment_start_ms_ < 0 || pts_ms - fragment_start_ms_ >= settings_.keyframe_every.count())
+    fragment_start_ms_ = pts_ms;
   return Drain(duration_ms);
 }
 
@@ -176,7 +197,7 @@ std::expected<void, EncoderError> SegmentEncoder::Drain(int64_t duration_ms) {
     e = av_write_frame(av.format, av.packet);
     av_packet_unref(av.packet);
     if (e < 0) return Fail("writing the segment", e);
-    // A keyframe ended the fragment before it: put that on disk now.
+    // A frame that started a fragment ended the one before it: put that on disk now.
     avio_flush(av.format->pb);
     if (av.format->pb->error < 0) return Fail("writing the segment", av.format->pb->error);
   }
@@ -192,7 +213,7 @@ std::expected<SegmentStats, EncoderError> SegmentEncoder::Finish(int64_t end_ms)
   // frame before, and the file would run past end_ms). A joined recording then starts each
   // segment at the sum of the earlier segments' end - start, the figure the API lists.
   if (stats_.frames > 0 && end_ms - 1 > stats_.last_pts_ms) {
-    if (auto r = Encode(end_ms - 1, false, 1); !r) return std::unexpected(r.error());
+    if (auto r = Repeat(end_ms - 1, 1); !r) return std::unexpected(r.error());
   }
   if (int e = avcodec_send_frame(av.codec, nullptr); e < 0) return Fail("flushing the encoder", e);
   if (auto r = Drain(); !r) return std::unexpected(r.error());

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <sstream>
 
@@ -552,6 +553,38 @@ TEST_F(RecordingPipelineTest, ARecordedSandboxListsItsSegmentOnceStopped) {
   for (const auto& e : events)
     if (e.value("kind", "") == "recording") phases.push_back(e["recording"].value("phase", ""));
   EXPECT_EQ(phases, (std::vector<std::string>{"started", "segment"}));
+}
+
+TEST_F(RecordingPipelineTest, AFollowerOfTheEventsGetsTheLastSegmentBeforeTheStreamEnds) {
+  std::string id = Create();
+  std::string url = "/v1/sandboxes/" + id + "/recording";
+  json j;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        j = Body(h_.Call(verb::get, url));
+        return j["segments"].size() == 1 && j["segments"][0].value("live", false);
+      },
+      10s))
+      << j.dump();
+  // The stream ends once the sandbox is stopped; the segment is finished off the event loop
+  // after that, and its event must still be on the stream.
+  auto follow = std::async(std::launch::async, [&] {
+    return h_.Call(verb::get, "/v1/sandboxes/" + id + "/events?follow=1&since=0");
+  });
+  std::this_thread::sleep_for(200ms);  // the follower is subscribed
+  h_.clock().Advance(1s);
+  ASSERT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + id).status, 204u);
+  ASSERT_EQ(follow.wait_for(20s), std::future_status::ready) << "the follow stream ended";
+  auto streamed = follow.get();
+  ASSERT_EQ(streamed.status, 200u);
+  std::vector<std::string> phases;
+  std::istringstream lines(streamed.body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    json e = json::parse(line);
+    if (e.value("kind", "") == "recording") phases.push_back(e["recording"].value("phase", ""));
+  }
+  EXPECT_EQ(phases, (std::vector<std::string>{"started", "segment"})) << streamed.body;
 }
 
 }  // namespace

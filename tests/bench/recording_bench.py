@@ -521,7 +521,7 @@ def summarize(off, on, pss, args):
             fig["cpu"][kind][f"updates_per_s_{'on' if g is on else 'off'}"] = upd
         c = fig["cpu"][kind]
         # Per update only for scrolling: while typing the screen changes so seldom that the still
-        # screen's keyframes are most of the recorder's work.
+        # screen's keep-alive frames are most of the recorder's work.
         if kind == "motion":
             c["recorder_ms_per_update"] = c["deskboxd_ms_per_update_on"] - c["deskboxd_ms_per_update_off"]
             parts.append(f"the recorder {c['recorder_ms_per_update']:.1f} ms of CPU per update")

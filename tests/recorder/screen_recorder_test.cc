@@ -121,7 +121,7 @@ TEST_F(ScreenRecorderTest, AFullQueueDropsNewFramesAndCountsThem) {
   EXPECT_FALSE(rec.Offer(Frame(320, 200, now_ + 2000, 0))) << "stopped";
 }
 
-TEST_F(ScreenRecorderTest, AStillScreenGetsAKeyframeEveryInterval) {
+TEST_F(ScreenRecorderTest, AStillScreenStartsAFragmentEveryInterval) {
   auto s = Settings();
   s.encoder.keyframe_every = 200ms;
   ScreenRecorder rec(s, Collect(), 0);
@@ -135,7 +135,7 @@ TEST_F(ScreenRecorderTest, AStillScreenGetsAKeyframeEveryInterval) {
   rec.Stop(now_);
   std::lock_guard lk(mu_);
   ASSERT_EQ(segments_.size(), 1u);
-  // The first frame, about one keyframe per 200 ms of the 2 s, and the end.
+  // The first frame, about one keep-alive frame per 200 ms of the 2 s, and the end.
   EXPECT_GE(segments_[0].frames, 6u);
   EXPECT_LE(segments_[0].frames, 12u);
   auto layout = ScanFragments(ReadAll(segments_[0].path));

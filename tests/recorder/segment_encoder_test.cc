@@ -135,25 +135,60 @@ TEST_F(SegmentEncoderTest, KeyframesComeByTimeAndEachStartsAFragment) {
   EXPECT_EQ(layout->fragments, 4u);
 }
 
-TEST_F(SegmentEncoderTest, AStillScreenCostsAKeyframeNowAndThen) {
+TEST_F(SegmentEncoderTest, AStillScreenCostsOneKeyframeAndAFewBytesAFragment) {
+  auto px = Screen(10);
+  // What one picture costs: a segment of one frame, lasting 10 s.
+  auto one_path = Path("one.mp4");
+  uint64_t one_bytes = 0;
+  {
+    auto one = OpenOrDie(one_path, {.keyframe_every = 2000ms});
+    ASSERT_TRUE(one);
+    ASSERT_TRUE(one->AddFrame(px.data(), kW * 4, 0));
+    auto stats = one->Finish(10000);
+    ASSERT_TRUE(stats);
+    one_bytes = stats->bytes;
+  }
+
   auto path = Path("0.mp4");
   auto enc = OpenOrDie(path, {.keyframe_every = 2000ms});
   ASSERT_TRUE(enc);
-  auto px = Screen(10);
   ASSERT_TRUE(enc->KeepAlive(500));  // nothing before a first frame
   EXPECT_EQ(enc->stats().frames, 0u);
   ASSERT_TRUE(enc->AddFrame(px.data(), kW * 4, 0));
   for (int t = 250; t <= 9000; t += 250) ASSERT_TRUE(enc->KeepAlive(t));
   EXPECT_EQ(enc->stats().frames, 5u);  // 0, 2, 4, 6, 8 s
-  EXPECT_EQ(enc->stats().keyframes, 5u);
+  EXPECT_EQ(enc->stats().keyframes, 1u) << "a keep-alive is a predicted frame";
+
+  // What a kill -9 now would leave: the fragments up to the one the 8 s frame started, whole,
+  // and playable once cut to them although only the first begins with a keyframe.
+  std::string on_disk = Read(path);
+  auto layout = ScanFragments(on_disk);
+  ASSERT_TRUE(layout) << layout.error().message;
+  EXPECT_EQ(layout->fragments, 4u);  // 0–2, 2–4, 4–6, 6–8 s
+  auto cut = Path("cut.mp4");
+  std::ofstream(cut, std::ios::binary) << on_disk.substr(0, layout->whole_length);
+  Probe c = ProbeFile(cut);
+  EXPECT_EQ(c.errors, "");
+  ASSERT_EQ(c.frames.size(), 4u);
+  EXPECT_NEAR(c.frames.back().second, 6.0, 0.001);
+
   auto stats = enc->Finish(10000);
   ASSERT_TRUE(stats);
   Probe p = ProbeFile(path);
   EXPECT_EQ(p.errors, "");
-  EXPECT_EQ(p.frames.size(), 6u);
+  ASSERT_EQ(p.frames.size(), 6u);
+  for (size_t i = 0; i < p.frames.size(); ++i) {
+    EXPECT_EQ(p.frames[i].first, i == 0) << "frame " << i;
+    if (i < 5) {
+      EXPECT_NEAR(p.frames[i].second, 2.0 * double(i), 0.001) << "frame " << i;
+    }
+  }
   EXPECT_NEAR(p.duration, 10.0, 0.1);
-  // 10 s of a still 320x200 screen: a few keyframes' worth.
-  EXPECT_LT(stats->bytes, 40u * 1024) << stats->bytes;
+  auto whole = ScanFragments(Read(path));
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->fragments, 5u);
+  // Four more fragments than the one-picture segment, each a moof and a skipped frame.
+  EXPECT_LT(stats->bytes, one_bytes + 4 * 400) << stats->bytes << " vs " << one_bytes;
 }
 
 TEST_F(SegmentEncoderTest, AFileCutOffByACrashPlaysUpToItsLastWholeFragment) {

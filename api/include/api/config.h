@@ -51,7 +51,7 @@ struct DaemonConfig {
   std::string recording_dir;             // "": <state-dir>/recordings
   uint32_t recording_fps = 15;           // at most this many frames a second
   uint32_t recording_segment_s = 60;     // a segment's longest duration
-  uint32_t recording_keyframe_s = 2;     // a keyframe (and a fragment on disk) at least this often
+  uint32_t recording_keyframe_s = 2;     // keyframes while the screen changes, fragments on disk: this often
   uint64_t recording_quota_mib = 20480;  // all recordings together
   uint32_t recording_retention_days = 30;  // a recording is removed this long after its sandbox ended
   uint64_t recording_max_mib = 4096;     // one recording: it stops growing beyond this

@@ -4,10 +4,13 @@
 //
 //  - Variable frame rate: a frame is given with its own time (ms since the segment began);
 //    nothing is encoded while the screen stands still.
-//  - Keyframes by time, not by frame count: a frame is coded as an IDR frame once
-//    `keyframe_every` has passed since the last one, and KeepAlive() codes the last frame again
-//    as one when nothing else came. Each keyframe starts a fragment (frag_keyframe), so a file
-//    cut off by a crash loses at most the fragment being written (ScanFragments, mp4_fragments.h).
+//  - Keyframes by time, not by frame count: a new picture is coded as an IDR frame once
+//    `keyframe_every` has passed since the last keyframe.
+//  - Fragments at most `keyframe_every` long: each keyframe starts one, and while the screen
+//    stands still KeepAlive() codes the last picture again, as a predicted frame of skipped
+//    macroblocks (a few dozen bytes, not a keyframe), to start the next. A file cut off by a
+//    crash therefore loses at most the fragment being written (ScanFragments, mp4_fragments.h),
+//    and a still screen costs one keyframe per segment, not one per `keyframe_every`.
 //  - Each finished fragment is flushed to the file at once.
 //  - Frames are BGRX (the mirror's framebuffer) of the segment's fixed size; a new size is a new
 //    segment.
@@ -34,7 +37,7 @@ struct EncoderError {
 };
 
 struct SegmentStats {
-  uint64_t frames = 0;     // frames coded (keep-alive keyframes included)
+  uint64_t frames = 0;     // frames coded (keep-alive frames included)
   uint64_t keyframes = 0;
   uint64_t bytes = 0;      // the file's size once finished
   int64_t last_pts_ms = -1;
@@ -53,9 +56,9 @@ class SegmentEncoder {
 
   // One frame: width * height BGRX pixels, `stride` bytes a row; pts_ms after the last frame's.
   std::expected<void, EncoderError> AddFrame(const uint8_t* bgrx, size_t stride, int64_t pts_ms);
-  // At `now_ms`: codes the last frame again as a keyframe if `keyframe_every` has passed since
-  // the last keyframe, so that a still screen still ends its fragment. Nothing before a first
-  // frame.
+  // At `now_ms`: codes the last frame again (a predicted frame) if the current fragment began
+  // `keyframe_every` or more ago, so that a still screen still ends its fragments. Nothing
+  // before a first frame.
   std::expected<void, EncoderError> KeepAlive(int64_t now_ms);
   // Drains the encoder and writes the trailer; the file is then complete. `end_ms`: when the
   // segment ends (the last frame lasts until then).
@@ -70,6 +73,8 @@ class SegmentEncoder {
   SegmentEncoder(uint32_t width, uint32_t height, EncoderSettings settings);
   // duration_ms > 0: how long this frame lasts (else until the next one, as the muxer reckons).
   std::expected<void, EncoderError> Encode(int64_t pts_ms, bool keyframe, int64_t duration_ms = 0);
+  // The last picture again, as a predicted frame that changes nothing.
+  std::expected<void, EncoderError> Repeat(int64_t pts_ms, int64_t duration_ms = 0);
   // Writes what the encoder has made; a keyframe's packet puts the fragment before it on disk.
   std::expected<void, EncoderError> Drain(int64_t duration_ms = 0);
 
@@ -78,6 +83,7 @@ class SegmentEncoder {
   std::unique_ptr<Av> av_;
   SegmentStats stats_;
   int64_t last_key_ms_ = -1;
+  int64_t fragment_start_ms_ = -1;  // the first frame of the fragment being written
   bool finished_ = false;
 };
 
