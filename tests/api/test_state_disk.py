@@ -71,7 +71,7 @@ class StateDiskTest(ApiTestCase):
         self.addCleanup(shutil.rmtree, self.work, True)
         self.dbx = None
 
-    def deployment(self, state_dir, **kw):
+    def deployment_on(self, state_dir, **kw):
         """A deployment (no pools: no guest unless a test creates one) on `state_dir`."""
         dbx = Deskbox(warm_pool=0, prestart_pool=0, extra_args=["--netns-pool", "0", "--recording", "off"], **kw)
         dbx.daemon_state = state_dir
@@ -98,7 +98,7 @@ class StateDiskTest(ApiTestCase):
         shutil.copyfile(FIXTURE, state / "deskbox.db")
         self.plant_token(state / "deskbox.db")  # one live token, for after the restore
         chown_tree(state, self.user)
-        dbx = self.deployment(state)
+        dbx = self.deployment_on(state)
 
         for sid, st in FIXTURE_SANDBOXES.items():
             self.assertEqual(self.get_sandbox(sid)["state"], st, sid)
@@ -142,7 +142,7 @@ class StateDiskTest(ApiTestCase):
         self.assertEqual(failures, [])
         self.assertEqual(backup.returncode, 0, f"deskboxd backup: {backup.stdout}{backup.stderr}")
         self.assertIn("integrity_check ok", backup.stdout)
-        self.assertIn("schema version 4", backup.stdout)
+        self.assertIn("schema version 5", backup.stdout)
         self.assertEqual(integrity(copy), "ok")
         self.assertEqual(sorted(p.name for p in backups.iterdir()), [copy.name], "nothing but the copy")
         after = self.expect(dbx.post("/v1/keys", json={"name": "after-backup"}), 201)
@@ -232,7 +232,7 @@ class StateDiskTest(ApiTestCase):
     def test_full_state_disk(self):
         state = self.work / "state"
         self.mount_tmpfs(state, "16m")
-        dbx = self.deployment(state)
+        dbx = self.deployment_on(state)
         sb = self.create_sandbox(metadata={"job": "before"})
         sid = sb["id"]
         token = self.expect(dbx.post(f"/v1/sandboxes/{sid}/tokens", json={"scope": "control"}), 201)
