@@ -31,11 +31,13 @@ constexpr size_t kMaxConcurrentTasks = 16;
 void Usage() {
   std::fprintf(stderr,
                "usage: deskbox-agent [--port-name=NAME] [--device=PATH] [--sysfs-dir=DIR] "
-               "[--dev-dir=DIR]\n"
+               "[--dev-dir=DIR] [--exec-cgroup=DIR]\n"
                "  --port-name  virtio-serial port name (default org.deskbox.agent)\n"
                "  --device     open PATH instead of looking the port up\n"
                "  --sysfs-dir  where to look (default /sys/class/virtio-ports)\n"
-               "  --dev-dir    where the port devices are (default /dev)\n");
+               "  --dev-dir    where the port devices are (default /dev)\n"
+               "  --exec-cgroup  cgroup v2 directory exec commands join before they start\n"
+               "               (through /usr/lib/deskbox/exec-in; default: none)\n");
 }
 
 bool TakeValue(std::string_view arg, std::string_view flag, std::string& out) {
@@ -67,12 +69,13 @@ void ProtobufLog(google::protobuf::LogLevel, const char*, int, const std::string
 
 int main(int argc, char** argv) {
   PortOptions port_options;
+  std::string exec_cgroup;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (TakeValue(arg, "--port-name", port_options.port_name) ||
         TakeValue(arg, "--device", port_options.device) ||
         TakeValue(arg, "--sysfs-dir", port_options.sysfs_dir) ||
-        TakeValue(arg, "--dev-dir", port_options.dev_dir)) {
+        TakeValue(arg, "--dev-dir", port_options.dev_dir) || TakeValue(arg, "--exec-cgroup", exec_cgroup)) {
       continue;
     }
     if (arg == "--help" || arg == "-h") {
@@ -104,7 +107,9 @@ int main(int argc, char** argv) {
   SpawnProcessRunner processes;
   LinuxDesktopProbe desktop(processes);
   ThreadTaskRunner tasks(kMaxConcurrentTasks);
-  AgentService service(AgentDeps{clock, system, processes, desktop, tasks});
+  AgentLimits limits;
+  limits.exec.cgroup = exec_cgroup;
+  AgentService service(AgentDeps{clock, system, processes, desktop, tasks}, limits);
   PortLoop loop(service, VirtioPortOpener(port_options));
 
   Log("starting: protocol ", kProtocolVersion, ", port ",

@@ -143,9 +143,24 @@ std::expected<ExecOutcome, AgentError> SpawnProcessRunner::Run(const ExecSpec& s
   if (!program) return std::unexpected(program.error());
 
   // Everything the child needs is built before the spawn: no allocation happens in the child.
+  // With a cgroup: exec-in CGROUP ARGV0 PROGRAM ARGS... (posix_spawn cannot place a child in a
+  // cgroup, and moving it after it started would miss what it forked meanwhile).
+  std::vector<std::string> joined;
+  if (!spec.cgroup.empty()) {
+    // What posix_spawn of the program itself would refuse is refused here, with its reason,
+    // rather than as exec-in's exit status 126 or 127.
+    struct stat st{};
+    if (::stat(program->c_str(), &st) != 0) return std::unexpected(ErrnoError(errno, "exec " + *program));
+    if (!S_ISREG(st.st_mode)) return std::unexpected(ErrnoError(EACCES, "exec " + *program));
+    if (::access(program->c_str(), X_OK) != 0) return std::unexpected(ErrnoError(errno, "exec " + *program));
+    joined = {spec.exec_in, spec.cgroup, spec.argv[0], *program};
+    joined.insert(joined.end(), spec.argv.begin() + 1, spec.argv.end());
+    *program = spec.exec_in;
+  }
+  const std::vector<std::string>& args = spec.cgroup.empty() ? spec.argv : joined;
   std::vector<char*> argv;
-  argv.reserve(spec.argv.size() + 1);
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.reserve(args.size() + 1);
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
   envp.reserve(spec.env.size() + 1);

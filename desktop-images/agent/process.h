@@ -13,6 +13,8 @@
 
 namespace deskbox::agent {
 
+inline constexpr const char* kExecIn = "/usr/lib/deskbox/exec-in";
+
 struct ExecSpec {
   std::vector<std::string> argv;  // argv[0] without '/' is looked up in the PATH from `env`
   std::vector<std::string> env;   // "NAME=value", the child's whole environment
@@ -26,6 +28,11 @@ struct ExecSpec {
   // false: stdout and stderr go to /dev/null (for programs that leave a daemon behind, like
   // `xclip -i`, whose output the agent must not hold).
   bool capture_output = true;
+  // Not empty: a cgroup v2 directory the child joins before its program starts, so that all it
+  // forks is counted there from the first instruction. The child is then kExecIn, which joins
+  // it and execs the program (exit 126 and a message on stderr if it cannot).
+  std::string cgroup;
+  std::string exec_in = kExecIn;
 };
 
 struct ExecOutcome {

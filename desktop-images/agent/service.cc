@@ -224,6 +224,7 @@ std::expected<ExecSpec, AgentError> AgentService::ValidateExec(
   spec.max_output_bytes = max_output;
   spec.stdin_data = request.stdin();
   spec.drain_after_exit = limits_.exec.drain_after_exit;
+  spec.cgroup = limits_.exec.cgroup;
   return spec;
 }
 

@@ -33,6 +33,9 @@ struct ExecLimits {
   uint64_t max_output_bytes = 6u << 20;  // two full streams still fit one 16 MiB frame
   std::chrono::milliseconds drain_after_exit{1000};
   std::string default_cwd = "/root";
+  // A cgroup v2 directory every exec command joins before it starts (its pids and memory
+  // limits, set by the guest's init); empty: commands run in the agent's own cgroup.
+  std::string cgroup;
 };
 
 struct ClipboardLimits {

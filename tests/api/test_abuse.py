@@ -1,6 +1,8 @@
 """Abuse contained (docs/limits.md): a CPU burner in one guest hits its sandbox's CPU limits,
 set at create and changed live, while another sandbox's screenshots and clicks stay within a
-stated ratio of their latency next to an idle neighbour, measured in the same run.
+stated ratio of their latency next to an idle neighbour, measured in the same run; and inside
+one guest a fork bomb, a memory hog and a /tmp filler hit the guest's own limits while its
+desktop goes on (GuestLimitsTest).
 
 The burner's share and cap are its QEMU's cgroup: the test finds that group by the weight the
 create set (nothing else has it), reads the kernel's accounting of the group's CPU time, and
@@ -153,3 +155,84 @@ class CpuBurnerTest(ApiTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class GuestLimitsTest(ApiTestCase):
+    """Inside one guest (docs/limits.md): a fork bomb, a memory hog and a /tmp filler, each run
+    as an exec command, hit the limits the guest's init set on the commands' cgroup
+    (user/exec) and its tmpfs sizes, while the desktop goes on: Xvnc, Chromium and the agent keep
+    their processes, screenshots and new commands work, and nothing of the abuse is left."""
+    deployment = {"warm_pool": 1}
+
+    EXEC_CG = "/sys/fs/cgroup/user/exec"
+
+    def setUp(self):
+        super().setUp()
+        r = self.dbx.post("/v1/sandboxes", json={}, timeout=300)
+        self.sid = self.expect(r, 201, "create")["id"]
+        self.addCleanup(lambda: self.dbx.request("DELETE", f"/v1/sandboxes/{self.sid}", timeout=300))
+
+    def desktop(self):
+        """The pids of Xvnc, Chromium's browser process and the agent."""
+        out = self.sh(self.sid, "echo $(pgrep -x Xvnc) $(pgrep -xo chromium) $(pgrep -x deskbox-agent)")
+        pids = out.split()
+        self.assertEqual(len(pids), 3, f"Xvnc, chromium and the agent each run once: {out!r}")
+        return pids
+
+    def counters(self, name):
+        """A cgroup file of key/value lines (pids.events, memory.events) as a dict."""
+        out = self.sh(self.sid, f"cat {self.EXEC_CG}/{name}")
+        return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+    def still_works(self, before):
+        self.assertEqual(self.desktop(), before, "the desktop's processes were not touched")
+        r = self.dbx.get(f"/v1/sandboxes/{self.sid}/screenshot", params={"format": "png"}, timeout=120)
+        self.expect(r, 200, "screenshot after the abuse")
+        deadline = time.monotonic() + 60
+        while (left := int(self.sh(self.sid, f"cat {self.EXEC_CG}/pids.current"))) > 2:
+            # 2: this command's shell and its cat
+            self.assertLess(time.monotonic(), deadline, f"{left} processes of the abuse are left")
+            time.sleep(1)
+
+    def test_a_fork_bomb_hits_the_commands_pids_limit(self):
+        before = self.desktop()
+        limit = int(self.sh(self.sid, f"cat {self.EXEC_CG}/pids.max"))
+        self.assertEqual(limit, 1024)
+        # The desktop's own tasks (Chromium's threads) leave the commands their 1024 within
+        # user/'s 4096.
+        desktop_tasks = int(self.sh(self.sid, "cat /sys/fs/cgroup/user/session/pids.current"))
+        print(f"desktop tasks in user/session: {desktop_tasks}")
+        self.assertLess(desktop_tasks, 4096 - 1024 - 512, "room for the browser to grow")
+        max_before = self.counters("pids.events")["max"]
+        # The command's own shell spins without forking, so that only the timeout ends it (and
+        # with it, the process group: every copy of b).
+        res = self.exec_in(self.sid, shell="b() { b | b & }; b; while :; do :; done", timeout_s=20, timeout=180)
+        self.assertTrue(res["timed_out"], res)
+        self.assertGreater(self.counters("pids.events")["max"], max_before,
+                           "forks were refused at pids.max")
+        self.still_works(before)
+
+    def test_a_memory_hog_is_killed_at_the_commands_memory_limit(self):
+        before = self.desktop()
+        limit = int(self.sh(self.sid, f"cat {self.EXEC_CG}/memory.max"))
+        total = int(self.sh(self.sid, "sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo")) * 1024
+        self.assertEqual(limit, total // 2 // 4096 * 4096, "half of the guest's RAM (in whole pages)")
+        kills_before = self.counters("memory.events")["oom_kill"]
+        hog = (limit * 3 // 2) // (1 << 20)
+        res = self.exec_in(self.sid, argv=["perl", "-e", f'$x = "x" x ({hog} * 1024 * 1024); print "survived\\n"'],
+                           timeout_s=300, timeout=400)
+        self.assertEqual(res["signal"], 9, f"a {hog} MiB string over a {limit >> 20} MiB limit: {res}")
+        self.assertNotIn("survived", res["stdout"])
+        self.assertGreater(self.counters("memory.events")["oom_kill"], kills_before)
+        self.still_works(before)
+
+    def test_a_tmp_filler_stops_at_the_tmpfs_size(self):
+        before = self.desktop()
+        total = int(self.sh(self.sid, "sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo")) * 1024
+        res = self.exec_in(self.sid, shell="dd if=/dev/zero of=/tmp/fill bs=1M count=4096; "
+                                           "stat -c %s /tmp/fill; rm -f /tmp/fill", timeout_s=300, timeout=400)
+        self.assertIn("No space left on device", res["stderr"], res)
+        filled = int(res["stdout"].split()[-1])
+        self.assertLessEqual(filled, total // 4 + (1 << 20), "at most a quarter of RAM (size=25%)")
+        self.assertGreater(filled, total // 8, "the filler wrote until /tmp was full")
+        self.still_works(before)

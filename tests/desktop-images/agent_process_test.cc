@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "agent/process.h"
@@ -159,6 +161,50 @@ TEST(AgentProcess, NewSessionPerChild) {
   EXPECT_GT(pid, 0);
   EXPECT_EQ(pgrp, pid) << out->stdout_data;
   EXPECT_EQ(sid, pid) << out->stdout_data;
+}
+
+// A command with a cgroup starts through exec-in: it joins the cgroup (its pid in
+// cgroup.procs) before the program runs, keeps its argv[0], and does not inherit the agent's
+// oom_score_adj. A plain directory stands in for the cgroup here.
+TEST(AgentProcess, ACommandWithACgroupJoinsItBeforeItStarts) {
+  namespace fs = std::filesystem;
+  fs::path cg = fs::temp_directory_path() / ("deskbox-exec-in-" + std::to_string(::getpid()));
+  fs::create_directories(cg);
+  { std::ofstream(cg / "cgroup.procs"); }
+  SpawnProcessRunner runner;
+  ExecSpec spec = Shell("echo $$ $0; cat /proc/self/oom_score_adj");
+  spec.argv[0] = "sh";  // looked up in PATH, given to the program as it was asked
+  spec.cgroup = cg.string();
+  spec.exec_in = DESKBOX_EXEC_IN;
+  auto out = runner.Run(spec);
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->exit_code, 0) << out->stderr_data;
+  std::istringstream words(out->stdout_data);
+  std::string pid, argv0, adj;
+  words >> pid >> argv0 >> adj;
+  std::ifstream procs(cg / "cgroup.procs");
+  std::string joined;
+  procs >> joined;
+  EXPECT_EQ(joined, pid) << "the program's own pid joined, before it ran";
+  EXPECT_EQ(argv0, "sh");
+  EXPECT_EQ(adj, "0");
+
+  // A cgroup that cannot be joined: the command never runs.
+  spec.cgroup = (cg / "missing").string();
+  spec.argv = {"/bin/sh", "-c", "echo ran"};
+  out = runner.Run(spec);
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->exit_code, 126);
+  EXPECT_EQ(out->stdout_data, "");
+  EXPECT_NE(out->stderr_data.find("cannot enter the command cgroup"), std::string::npos) << out->stderr_data;
+
+  // A program that cannot be started is an error, as without a cgroup, not exec-in's status.
+  spec.cgroup = cg.string();
+  spec.argv = {"/nonexistent/program"};
+  out = runner.Run(spec);
+  ASSERT_FALSE(out);
+  EXPECT_NE(out.error().message.find("exec /nonexistent/program"), std::string::npos) << out.error().message;
+  fs::remove_all(cg);
 }
 
 TEST(AgentProcess, MissingProgram) {
