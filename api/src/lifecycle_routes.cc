@@ -43,26 +43,76 @@ std::optional<json> ReadMetadata(ObjectReader& in) {
   return *m;
 }
 
-// A sandbox's CPU share and cap as in force: the record's, or the defaults where it has none.
-vmhost::CpuLimits EffectiveCpu(const SandboxRecord& r, uint32_t vcpus) {
-  return {.weight = r.cpu_weight ? r.cpu_weight : vmhost::kDefaultCpuWeight,
-          .max_millis = r.cpu_max_millis ? r.cpu_max_millis : vcpus * 1000};
+// A sandbox's limits (docs/limits.md): its QEMU's CPU share and cap on the host, and the
+// limits of its guest's exec commands (the guest's user/exec cgroup).
+struct Limits {
+  vmhost::CpuLimits cpu;
+  uint32_t exec_pids_max = 0;
+  uint32_t exec_memory_mib = 0;
+  bool SameGuest(const Limits& o) const {
+    return exec_pids_max == o.exec_pids_max && exec_memory_mib == o.exec_memory_mib;
+  }
+};
+// The guest's own defaults, which its init sets (desktop-images/image/rootfs/usr/lib/deskbox/init).
+constexpr uint32_t kDefaultExecPids = 1024, kMinExecPids = 16, kMaxExecPids = 4096;
+constexpr uint32_t kMinExecMemoryMib = 64;
+
+// What the template gives: its vCPUs (the CPU cap's default and maximum) and its RAM (the
+// commands' memory: half by default, at most all).
+struct TemplateSize {
+  uint32_t vcpus;
+  uint32_t memory_mib;
+};
+TemplateSize SizeOf(const vmhost::SandboxHost& m) {
+  return {std::max(1u, m.manifest().smp()), static_cast<uint32_t>(std::max<uint64_t>(256, m.manifest().memory_mib()))};
+}
+Limits DefaultLimits(TemplateSize t) {
+  return {.cpu = {.weight = vmhost::kDefaultCpuWeight, .max_millis = t.vcpus * 1000},
+          .exec_pids_max = kDefaultExecPids,
+          .exec_memory_mib = t.memory_mib / 2};
 }
 
-json LimitsJson(const vmhost::CpuLimits& l) {
-  return {{"cpu_weight", l.weight}, {"cpu_max", l.max_millis / 1000.0}};
+// A sandbox's limits as in force: the record's, or the defaults where it has none.
+Limits EffectiveLimits(const SandboxRecord& r, TemplateSize t) {
+  Limits l = DefaultLimits(t);
+  if (r.cpu_weight) l.cpu.weight = r.cpu_weight;
+  if (r.cpu_max_millis) l.cpu.max_millis = r.cpu_max_millis;
+  if (r.exec_pids_max) l.exec_pids_max = r.exec_pids_max;
+  if (r.exec_memory_mib) l.exec_memory_mib = r.exec_memory_mib;
+  return l;
+}
+
+json LimitsJson(const Limits& l) {
+  return {{"cpu_weight", l.cpu.weight},
+          {"cpu_max", l.cpu.max_millis / 1000.0},
+          {"exec_pids_max", l.exec_pids_max},
+          {"exec_memory_mib", l.exec_memory_mib}};
+}
+
+void Record(SandboxRecord& r, const Limits& l) {
+  r.cpu_weight = l.cpu.weight;
+  r.cpu_max_millis = l.cpu.max_millis;
+  r.exec_pids_max = l.exec_pids_max;
+  r.exec_memory_mib = l.exec_memory_mib;
+}
+
+vmhost::GuestLimits GuestOf(const Limits& l) {
+  return {.exec_pids_max = l.exec_pids_max, .exec_memory_bytes = uint64_t{l.exec_memory_mib} << 20};
 }
 
 // The `limits` member over `base` (what is in force): fields not given keep base's value.
 // nullopt when there is no `limits` (or it is wrong: `in` has the error).
-std::optional<vmhost::CpuLimits> ReadLimits(ObjectReader& in, vmhost::CpuLimits base, uint32_t vcpus) {
+std::optional<Limits> ReadLimits(ObjectReader& in, Limits base, TemplateSize t) {
   const json* l = in.Object("limits");
   if (!l) return std::nullopt;
   ObjectReader lr(*l, "limits");
   if (auto w = lr.Integer("cpu_weight", vmhost::kMinCpuWeight, vmhost::kMaxCpuWeight))
-    base.weight = static_cast<uint32_t>(*w);
-  if (auto m = lr.Number("cpu_max", vmhost::kMinCpuMaxMillis / 1000.0, vcpus))
-    base.max_millis = static_cast<uint32_t>(std::lround(*m * 1000));
+    base.cpu.weight = static_cast<uint32_t>(*w);
+  if (auto m = lr.Number("cpu_max", vmhost::kMinCpuMaxMillis / 1000.0, t.vcpus))
+    base.cpu.max_millis = static_cast<uint32_t>(std::lround(*m * 1000));
+  if (auto p = lr.Integer("exec_pids_max", kMinExecPids, kMaxExecPids)) base.exec_pids_max = static_cast<uint32_t>(*p);
+  if (auto m = lr.Integer("exec_memory_mib", kMinExecMemoryMib, t.memory_mib))
+    base.exec_memory_mib = static_cast<uint32_t>(*m);
   if (auto e = lr.Finish()) {
     in.Fail(*e);
     return std::nullopt;
@@ -227,7 +277,7 @@ json LifecycleRoutes::SandboxJson(const SandboxRecord& r) const {
               {"create_ms", r.create_ms},
               {"browser_ready", browser_ready},
               {"recording", {{"enabled", r.recording}, {"url", "/v1/sandboxes/" + r.id + "/recording"}}},
-              {"limits", LimitsJson(EffectiveCpu(r, std::max(1u, ctx_.manager.manifest().smp())))},
+              {"limits", LimitsJson(EffectiveLimits(r, SizeOf(ctx_.manager)))},
               {"events_url", "/v1/sandboxes/" + r.id + "/events"}};
 }
 
@@ -285,9 +335,9 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     if (auto on = rr.Bool("enabled")) recording = *on;
     if (auto e = rr.Finish()) in.Fail(*e);
   }
-  const uint32_t vcpus = std::max(1u, manifest.smp());
-  const vmhost::CpuLimits default_cpu{.weight = vmhost::kDefaultCpuWeight, .max_millis = vcpus * 1000};
-  auto limits = ReadLimits(in, default_cpu, vcpus);
+  const TemplateSize size = SizeOf(ctx_.manager);
+  const Limits defaults = DefaultLimits(size);
+  auto limits = ReadLimits(in, defaults, size);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   if (tpl && *tpl != config.template_name)
     co_return Error(422, "unknown_template",
@@ -336,12 +386,27 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     co_return Error(500, "internal", fmt::format("egress for the new sandbox: {}", a.error()));
   }
   egress_.DetachIfGone((*sb)->id());
-  // A new QEMU's cgroup has the defaults; other limits are in force before the client hears of it.
-  if (limits && (limits->weight != default_cpu.weight || limits->max_millis != default_cpu.max_millis)) {
-    if (auto l = co_await ctx_.manager.SetCpuLimits((*sb)->id(), *limits); !l) {
+  // A new QEMU's cgroup and a restored guest have the defaults; other limits are in force
+  // before the client hears of the sandbox.
+  if (limits && (limits->cpu.weight != defaults.cpu.weight || limits->cpu.max_millis != defaults.cpu.max_millis)) {
+    if (auto l = co_await ctx_.manager.SetCpuLimits((*sb)->id(), limits->cpu); !l) {
       egress_.Detach((*sb)->id());
       co_await ctx_.manager.Destroy((*sb)->id());
       co_return Error(500, "internal", fmt::format("limits for the new sandbox: {}", l.error().message));
+    }
+  }
+  if (limits && !limits->SameGuest(defaults)) {
+    // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
+    std::string failed = "the guest agent is not connected";
+    if (auto agent = ctx_.manager.Agent((*sb)->id())) {
+      const vmhost::GuestLimits wanted = GuestOf(*limits);
+      auto l = co_await agent->SetLimits(wanted);
+      failed = l ? "" : l.error().message;
+    }
+    if (!failed.empty()) {
+      egress_.Detach((*sb)->id());
+      co_await ctx_.manager.Destroy((*sb)->id());
+      co_return Error(500, "internal", fmt::format("exec limits in the new sandbox's guest: {}", failed));
     }
   }
   double ms = std::chrono::duration<double, std::milli>(ctx_.clock.Steady() - t0).count();
@@ -369,10 +434,7 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
   r.owner = c.principal.id;
   r.browser_refreshing = (*sb)->browser_refreshing();
   r.recording = recording;
-  if (limits) {
-    r.cpu_weight = limits->weight;
-    r.cpu_max_millis = limits->max_millis;
-  }
+  if (limits) Record(r, *limits);
   if ((*sb)->state() != SandboxState::kRunning) {
     // It died between restore and now: keep the record, say so.
     r.state = SandboxState::kFailed;
@@ -434,18 +496,30 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
   std::optional<json> metadata = ReadMetadata(in);
   bool display_given = body->is_object() && body->contains("display");  // null too: it clears
   auto display = ReadDisplayMember(in);                                 // null clears it
-  const uint32_t vcpus = std::max(1u, ctx_.manager.manifest().smp());
+  const TemplateSize size = SizeOf(ctx_.manager);
   auto found = ctx_.sandboxes.Get(c.id);  // (its absence answers 404 below)
-  auto limits = ReadLimits(in, found ? EffectiveCpu(**found, vcpus) : EffectiveCpu(SandboxRecord{}, vcpus), vcpus);
+  const Limits was = EffectiveLimits(found ? **found : SandboxRecord{}, size);
+  auto limits = ReadLimits(in, was, size);
   if (auto e = in.Finish()) co_return Error(400, "invalid_request", *e);
   auto r = ctx_.sandboxes.Get(c.id);
   if (!r) co_return r.error();
   if ((*r)->state == SandboxState::kStopped || (*r)->state == SandboxState::kFailed)
     co_return Error(409, "invalid_state",
                     fmt::format("sandbox {} is {}", (*r)->id, StateName((*r)->state)));
+  if (limits && !limits->SameGuest(was) && (*r)->state != SandboxState::kRunning)
+    co_return Error(409, "invalid_state",
+                    fmt::format("sandbox {} is {}: exec limits are set in its guest, which must be running",
+                                (*r)->id, StateName((*r)->state)));
   if (limits) {
-    // In force first (the cgroup of its QEMU, paused or not), then on record.
-    if (auto l = co_await ctx_.manager.SetCpuLimits(c.id, *limits); !l) co_return FromVmError(l.error());
+    // In force first (the cgroup of its QEMU, paused or not; the guest's), then on record.
+    if (auto l = co_await ctx_.manager.SetCpuLimits(c.id, limits->cpu); !l) co_return FromVmError(l.error());
+    if (!limits->SameGuest(was)) {
+      auto agent = ctx_.manager.Agent(c.id);
+      if (!agent) co_return Error(503, "unavailable", "the sandbox's guest agent is not connected");
+      const vmhost::GuestLimits wanted = GuestOf(*limits);
+      auto l = co_await agent->SetLimits(wanted);
+      if (!l) co_return FromAgentError(l.error());
+    }
     r = ctx_.sandboxes.Get(c.id);  // looked up again: the record may have changed meanwhile
     if (!r) co_return r.error();
   }
@@ -457,10 +531,7 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
       rec.expires_at_ms = ctx_.clock.NowMs() + *timeout * 1000;
   }
   if (metadata) rec.metadata_json = Dump(*metadata);
-  if (limits) {
-    rec.cpu_weight = limits->weight;
-    rec.cpu_max_millis = limits->max_millis;
-  }
+  if (limits) Record(rec, *limits);
   if (display_given) {
     rec.display_w = display ? display->first : 0;
     rec.display_h = display ? display->second : 0;

@@ -1,12 +1,15 @@
 #include "agent/service.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <map>
 
 #include "agent/log.h"
 #include "agent/text.h"
+#include "agent/unique_fd.h"
 
 namespace deskbox::agent {
 namespace {
@@ -64,6 +67,8 @@ void AgentService::Handle(const pb::Request& request, const Reply& raw_reply) {
       return HandleSetClock(id, request.set_clock(), reply);
     case pb::Request::kReseed:
       return HandleReseed(id, request.reseed(), reply);
+    case pb::Request::kSetLimits:
+      return HandleSetLimits(id, request.set_limits(), reply);
     case pb::Request::kReady:
       return HandleReady(id, request.ready(), reply);
     case pb::Request::kExec:
@@ -118,6 +123,39 @@ void AgentService::HandleSetClock(uint64_t id, const pb::SetClock& request, cons
   }
   Log("set_clock id=", id, ": realtime moved by ", (request.unix_time_ns() - before) / 1'000'000,
       " ms");
+  reply(AckResponse(id));
+}
+
+void AgentService::HandleSetLimits(uint64_t id, const pb::SetLimits& request, const Reply& reply) {
+  const std::string& cg = limits_.exec.cgroup;
+  if (cg.empty()) {
+    reply(ErrorResponse(id, MakeError(pb::Error::UNSUPPORTED, "exec commands have no cgroup here")));
+    return;
+  }
+  if (request.exec_memory_bytes() != 0 && request.exec_memory_bytes() < (1u << 20)) {
+    reply(ErrorResponse(id, MakeError(pb::Error::INVALID_ARGUMENT, "exec_memory_bytes under 1 MiB")));
+    return;
+  }
+  // A cgroup file takes one write of the whole value.
+  auto write = [&](const char* name, uint64_t value) -> std::expected<void, AgentError> {
+    const std::string path = cg + "/" + name;
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return std::unexpected(ErrnoError(errno, path));
+    const std::string text = std::to_string(value) + "\n";
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      return std::unexpected(ErrnoError(errno, path));
+    return {};
+  };
+  std::expected<void, AgentError> done;
+  if (request.exec_pids_max() != 0) done = write("pids.max", request.exec_pids_max());
+  if (done && request.exec_memory_bytes() != 0) done = write("memory.max", request.exec_memory_bytes());
+  if (!done) {
+    Log("set_limits id=", id, " failed: ", done.error().message);
+    reply(ErrorResponse(id, done.error()));
+    return;
+  }
+  Log("set_limits id=", id, ": exec pids.max ", request.exec_pids_max(), ", memory.max ",
+      request.exec_memory_bytes(), " (0: unchanged)");
   reply(AckResponse(id));
 }
 

@@ -85,6 +85,7 @@ class AgentService {
   void HandlePing(uint64_t id, const Reply& reply);
   void HandleSetClock(uint64_t id, const pb::SetClock& request, const Reply& reply);
   void HandleReseed(uint64_t id, const pb::Reseed& request, const Reply& reply);
+  void HandleSetLimits(uint64_t id, const pb::SetLimits& request, const Reply& reply);
   void HandleReady(uint64_t id, const pb::ReadyRequest& request, const Reply& reply);
   void HandleExec(uint64_t id, const pb::ExecRequest& request, const Reply& reply);
   void HandleFileRead(uint64_t id, const pb::FileReadRequest& request, const Reply& reply);

@@ -32,6 +32,11 @@ def read(path):
         return f.read()
 
 
+def cpu(limits):
+    """The CPU fields of a sandbox's `limits`."""
+    return {k: limits[k] for k in ("cpu_weight", "cpu_max")}
+
+
 def cpu_seconds(group):
     """CPU time the group has used, in seconds: cgroup v2 cpu.stat, or on v1 (where the jailer
     makes no cpuacct group) the user and system time of the processes in the cpu group."""
@@ -111,7 +116,7 @@ class CpuBurnerTest(ApiTestCase):
         victim = self.create()["id"]
         created = self.create(limits={"cpu_weight": BURNER_WEIGHT})
         burner = created["id"]
-        self.assertEqual(created["limits"], {"cpu_weight": BURNER_WEIGHT, "cpu_max": 2.0}, created)
+        self.assertEqual(cpu(created["limits"]), {"cpu_weight": BURNER_WEIGHT, "cpu_max": 2.0}, created)
         group = self.burner_group()
         self.assertEqual(self.quota(group), "200000", "the default cap is the template's 2 vCPUs")
 
@@ -127,7 +132,7 @@ class CpuBurnerTest(ApiTestCase):
               f"click {idle_click:.1f} -> {busy_click:.1f} ({busy_click / idle_click:.2f}x)", flush=True)
 
         # The cap, changed live: the burner gets at most half a CPU, however idle the host.
-        self.assertEqual(self.patch_limits(burner, cpu_max=0.5), {"cpu_weight": BURNER_WEIGHT, "cpu_max": 0.5})
+        self.assertEqual(cpu(self.patch_limits(burner, cpu_max=0.5)), {"cpu_weight": BURNER_WEIGHT, "cpu_max": 0.5})
         self.assertEqual(self.quota(group), "50000")
         capped = cores_used(group)
         print(f"burner capped at 0.5 CPU: {capped:.3f} cores", flush=True)
@@ -135,7 +140,7 @@ class CpuBurnerTest(ApiTestCase):
         self.assertGreater(capped, 0.35, "the burner still runs, within its cap")
 
         # Back to the defaults: the stated ratios hold next to a burner of equal weight.
-        self.assertEqual(self.patch_limits(burner, cpu_weight=100, cpu_max=2), {"cpu_weight": 100, "cpu_max": 2.0})
+        self.assertEqual(cpu(self.patch_limits(burner, cpu_weight=100, cpu_max=2)), {"cpu_weight": 100, "cpu_max": 2.0})
         self.assertEqual(self.quota(group), "200000")
         self.assertGreater(cores_used(group, 3), 1.2)
         shot, click = self.victim_latency(victim)
@@ -145,7 +150,7 @@ class CpuBurnerTest(ApiTestCase):
         self.assertLessEqual(click / idle_click, CLICK_RATIO)
 
         # The victim's own limits were never touched; deleting the burner frees its group.
-        self.assertEqual(self.dbx.get(f"/v1/sandboxes/{victim}").json()["limits"], {"cpu_weight": 100, "cpu_max": 2.0})
+        self.assertEqual(cpu(self.dbx.get(f"/v1/sandboxes/{victim}").json()["limits"]), {"cpu_weight": 100, "cpu_max": 2.0})
         self.assertEqual(self.dbx.request("DELETE", f"/v1/sandboxes/{burner}").status_code, 204)
         deadline = time.time() + 30
         while os.path.isdir(group["cpu"]) and time.time() < deadline:
@@ -159,74 +164,84 @@ if __name__ == "__main__":
 
 class GuestLimitsTest(ApiTestCase):
     """Inside one guest (docs/limits.md): a fork bomb, a memory hog and a /tmp filler, each run
-    as an exec command, hit the limits the guest's init set on the commands' cgroup
-    (user/exec) and its tmpfs sizes, while the desktop goes on: Xvnc, Chromium and the agent keep
-    their processes, screenshots and new commands work, and nothing of the abuse is left."""
+    as an exec command, hit the limits of the commands' cgroup (user/exec: the guest's defaults,
+    or the sandbox's `limits` set at create or by PATCH) and its tmpfs sizes, while the desktop
+    goes on: Xvnc, Chromium and the agent keep their processes, screenshots and new commands
+    work, and nothing of the abuse is left."""
     deployment = {"warm_pool": 1}
 
     EXEC_CG = "/sys/fs/cgroup/user/exec"
 
     def setUp(self):
         super().setUp()
-        r = self.dbx.post("/v1/sandboxes", json={}, timeout=300)
-        self.sid = self.expect(r, 201, "create")["id"]
-        self.addCleanup(lambda: self.dbx.request("DELETE", f"/v1/sandboxes/{self.sid}", timeout=300))
+        self.sid = self.create()
 
-    def desktop(self):
+    def create(self, **body):
+        r = self.dbx.post("/v1/sandboxes", json=body, timeout=300)
+        sid = self.expect(r, 201, f"create {body}")["id"]
+        self.addCleanup(lambda: self.dbx.request("DELETE", f"/v1/sandboxes/{sid}", timeout=300))
+        return sid
+
+    def desktop(self, sid=None):
         """The pids of Xvnc, Chromium's browser process and the agent."""
-        out = self.sh(self.sid, "echo $(pgrep -x Xvnc) $(pgrep -xo chromium) $(pgrep -x deskbox-agent)")
+        out = self.sh(sid or self.sid, "echo $(pgrep -x Xvnc) $(pgrep -xo chromium) $(pgrep -x deskbox-agent)")
         pids = out.split()
         self.assertEqual(len(pids), 3, f"Xvnc, chromium and the agent each run once: {out!r}")
         return pids
 
-    def counters(self, name):
-        """A cgroup file of key/value lines (pids.events, memory.events) as a dict."""
-        out = self.sh(self.sid, f"cat {self.EXEC_CG}/{name}")
-        return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    def cg(self, name, sid=None):
+        return self.sh(sid or self.sid, f"cat {self.EXEC_CG}/{name}").strip()
 
-    def still_works(self, before):
-        self.assertEqual(self.desktop(), before, "the desktop's processes were not touched")
-        r = self.dbx.get(f"/v1/sandboxes/{self.sid}/screenshot", params={"format": "png"}, timeout=120)
+    def counters(self, name, sid=None):
+        """A cgroup file of key/value lines (pids.events, memory.events) as a dict."""
+        return {k: int(v) for k, v in (line.split() for line in self.cg(name, sid).splitlines())}
+
+    def still_works(self, before, sid=None):
+        sid = sid or self.sid
+        self.assertEqual(self.desktop(sid), before, "the desktop's processes were not touched")
+        r = self.dbx.get(f"/v1/sandboxes/{sid}/screenshot", params={"format": "png"}, timeout=120)
         self.expect(r, 200, "screenshot after the abuse")
         deadline = time.monotonic() + 60
-        while (left := int(self.sh(self.sid, f"cat {self.EXEC_CG}/pids.current"))) > 2:
+        while (left := int(self.cg("pids.current", sid))) > 2:
             # 2: this command's shell and its cat
             self.assertLess(time.monotonic(), deadline, f"{left} processes of the abuse are left")
             time.sleep(1)
 
-    def test_a_fork_bomb_hits_the_commands_pids_limit(self):
+    def test_a_fork_bomb_hits_the_commands_pids_limit_set_live(self):
         before = self.desktop()
-        limit = int(self.sh(self.sid, f"cat {self.EXEC_CG}/pids.max"))
-        self.assertEqual(limit, 1024)
-        # The desktop's own tasks (Chromium's threads) leave the commands their 1024 within
-        # user/'s 4096.
+        self.assertEqual(self.cg("pids.max"), "1024", "the guest's default")
+        # The desktop's own tasks (Chromium's threads) are counted apart, in user/session.
         desktop_tasks = int(self.sh(self.sid, "cat /sys/fs/cgroup/user/session/pids.current"))
         print(f"desktop tasks in user/session: {desktop_tasks}")
         self.assertLess(desktop_tasks, 4096 - 1024 - 512, "room for the browser to grow")
+        r = self.dbx.request("PATCH", f"/v1/sandboxes/{self.sid}", json={"limits": {"exec_pids_max": 256}}, timeout=60)
+        self.assertEqual(self.expect(r, 200, "patch exec_pids_max")["limits"]["exec_pids_max"], 256)
+        self.assertEqual(self.cg("pids.max"), "256", "in force in the guest when the PATCH answered")
         max_before = self.counters("pids.events")["max"]
         # The command's own shell spins without forking, so that only the timeout ends it (and
         # with it, the process group: every copy of b).
         res = self.exec_in(self.sid, shell="b() { b | b & }; b; while :; do :; done", timeout_s=20, timeout=180)
         self.assertTrue(res["timed_out"], res)
-        self.assertGreater(self.counters("pids.events")["max"], max_before,
-                           "forks were refused at pids.max")
+        self.assertGreater(self.counters("pids.events")["max"], max_before, "forks were refused at pids.max")
         self.still_works(before)
 
-    def test_a_memory_hog_is_killed_at_the_commands_memory_limit(self):
-        before = self.desktop()
-        limit = int(self.sh(self.sid, f"cat {self.EXEC_CG}/memory.max"))
-        total = int(self.sh(self.sid, "sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo")) * 1024
-        self.assertEqual(limit, total // 2 // 4096 * 4096, "half of the guest's RAM (in whole pages)")
-        kills_before = self.counters("memory.events")["oom_kill"]
-        hog = (limit * 3 // 2) // (1 << 20)
-        res = self.exec_in(self.sid, argv=["perl", "-e", f'$x = "x" x ({hog} * 1024 * 1024); print "survived\\n"'],
+    def test_a_memory_hog_is_killed_at_the_commands_memory_limit_set_at_create(self):
+        sid = self.create(limits={"exec_memory_mib": 512})
+        self.assertEqual(self.get_sandbox(sid)["limits"]["exec_memory_mib"], 512)
+        self.assertEqual(int(self.cg("memory.max", sid)), 512 << 20, "in force when the create answered")
+        before = self.desktop(sid)
+        kills_before = self.counters("memory.events", sid)["oom_kill"]
+        res = self.exec_in(sid, argv=["perl", "-e", '$x = "x" x (768 * 1024 * 1024); print "survived\n"'],
                            timeout_s=300, timeout=400)
-        self.assertEqual(res["signal"], 9, f"a {hog} MiB string over a {limit >> 20} MiB limit: {res}")
+        self.assertEqual(res["signal"], 9, f"a 768 MiB string over a 512 MiB limit: {res}")
         self.assertNotIn("survived", res["stdout"])
-        self.assertGreater(self.counters("memory.events")["oom_kill"], kills_before)
-        self.still_works(before)
+        self.assertGreater(self.counters("memory.events", sid)["oom_kill"], kills_before)
+        self.still_works(before, sid)
 
     def test_a_tmp_filler_stops_at_the_tmpfs_size(self):
+        limits = self.get_sandbox(self.sid)["limits"]
+        self.assertEqual(int(self.cg("memory.max")), limits["exec_memory_mib"] << 20,
+                         "the guest's default is what the API shows (half of the template's RAM)")
         before = self.desktop()
         total = int(self.sh(self.sid, "sed -n 's/^MemTotal: *\\([0-9]*\\) kB/\\1/p' /proc/meminfo")) * 1024
         res = self.exec_in(self.sid, shell="dd if=/dev/zero of=/tmp/fill bs=1M count=4096; "

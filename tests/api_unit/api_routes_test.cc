@@ -151,7 +151,8 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   // Defaults: shown as in force, and no cgroup write (a new QEMU's group has them already).
   std::string plain = Create();
   auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + plain));
-  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 100}, {"cpu_max", 2.0}})) << sb.dump();
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 100}, {"cpu_max", 2.0}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}))
+      << sb.dump();
   EXPECT_EQ(cpu(plain), "none");
   std::string same = Create({{"limits", {{"cpu_weight", 100}, {"cpu_max", 2}}}});
   EXPECT_EQ(cpu(same), "none") << "the defaults, spelt out, change nothing";
@@ -159,11 +160,12 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   std::string capped = Create({{"limits", {{"cpu_weight", 10}, {"cpu_max", 0.5}}}});
   EXPECT_EQ(cpu(capped), "10/500");
   sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + capped));
-  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 0.5}})) << sb.dump();
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 0.5}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}))
+      << sb.dump();
   // Changed live: a field not given keeps its value; paused too.
   auto r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_max": 1.25}})");
   ASSERT_EQ(r.status, 200u) << r.body;
-  EXPECT_EQ(Body(r)["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 1.25}}));
+  EXPECT_EQ(Body(r)["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 1.25}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}));
   EXPECT_EQ(cpu(capped), "10/1250");
   ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + capped + "/pause").status, 200u);
   r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 2500}})");
@@ -173,7 +175,10 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   size_t before = calls().size();
   for (const char* bad : {R"({"limits": {"cpu_weight": 0}})", R"({"limits": {"cpu_weight": 10001}})",
                           R"({"limits": {"cpu_max": 0.001}})", R"({"limits": {"cpu_max": 3}})",
-                          R"({"limits": {"cpu_max": "1"}})", R"({"limits": {"memory": 1}})", R"({"limits": 5})"}) {
+                          R"({"limits": {"cpu_max": "1"}})", R"({"limits": {"memory": 1}})", R"({"limits": 5})",
+                          R"({"limits": {"exec_pids_max": 15}})", R"({"limits": {"exec_pids_max": 4097}})",
+                          R"({"limits": {"exec_memory_mib": 63}})", R"({"limits": {"exec_memory_mib": 2049}})",
+                          R"({"limits": {"exec_memory_mib": 1.5}})"}) {
     for (std::string target : {std::string("/v1/sandboxes"), "/v1/sandboxes/" + plain}) {
       r = h_.Call(target == "/v1/sandboxes" ? verb::post : verb::patch, target, bad);
       EXPECT_EQ(r.status, 400u) << bad << " " << r.body;
@@ -202,6 +207,61 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   EXPECT_NE(sb["timeout_s"], 9);
   ASSERT_EQ(h_.Call(verb::delete_, "/v1/sandboxes/" + capped).status, 204u);
   EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 7}})").status, 409u);
+}
+
+TEST_F(ApiRoutesTest, ExecLimitsAreSetInTheGuestAtCreateAndByPatch) {
+  auto set = [this](const std::string& id) {
+    return h_.OnServer([this, id] {
+      std::vector<std::string> out;
+      for (const auto& l : h_.host().agents.at(id)->limits)
+        out.push_back(fmt::format("{}/{}", l.exec_pids_max, l.exec_memory_bytes >> 20));
+      return out;
+    });
+  };
+  // The guest's defaults need no call.
+  std::string plain = Create({{"limits", {{"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}}});
+  EXPECT_TRUE(set(plain).empty());
+  // Given at create: in the guest before the answer.
+  std::string small = Create({{"limits", {{"exec_pids_max", 64}, {"exec_memory_mib", 256}}}});
+  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256"}));
+  auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + small));
+  EXPECT_EQ(sb["limits"]["exec_pids_max"], 64);
+  EXPECT_EQ(sb["limits"]["exec_memory_mib"], 256);
+  // PATCH: the guest's values with the one changed; a CPU-only patch does not call the guest.
+  auto r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_memory_mib": 512}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["limits"]["exec_memory_mib"], 512);
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"cpu_weight": 20}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256", "64/512"}));
+  // Paused: its guest cannot take them (409); CPU limits still can.
+  ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + small + "/pause").status, 200u);
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_pids_max": 100}})");
+  EXPECT_EQ(r.status, 409u) << r.body;
+  EXPECT_EQ(Code(r), "invalid_state");
+  EXPECT_EQ(h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"cpu_weight": 30}})").status, 200u);
+  ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + small + "/resume").status, 200u);
+  // The guest refuses: the patch answers its error and nothing is recorded.
+  h_.OnServer([this, small] {
+    h_.host().agents.at(small)->limits_error =
+        vmhost::AgentError{vmhost::AgentError::Code::kGuest, "/sys/fs/cgroup/user/exec/pids.max: Permission denied"};
+    return 0;
+  });
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_pids_max": 100}})");
+  EXPECT_GE(r.status, 500u) << r.body;
+  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes/" + small))["limits"]["exec_pids_max"], 64);
+  // At create: the sandbox is destroyed and the create fails.
+  size_t alive = h_.OnServer([this] { return h_.host().alive(); });
+  h_.OnServer([this] {
+    h_.host().on_agent = [](vmhost::testing::FakeGuestAgent& a) {
+      a.limits_error = vmhost::AgentError{vmhost::AgentError::Code::kGuest, "no exec cgroup"};
+    };
+    return 0;
+  });
+  r = h_.Call(verb::post, "/v1/sandboxes", R"({"limits": {"exec_pids_max": 100}})");
+  EXPECT_EQ(r.status, 500u) << r.body;
+  EXPECT_NE(r.body.find("exec limits"), std::string::npos) << r.body;
+  EXPECT_EQ(h_.OnServer([this] { return h_.host().alive(); }), alive);
 }
 
 TEST_F(ApiRoutesTest, TimeoutsFollowTheClock) {

@@ -32,6 +32,7 @@ class FakeGuestAgent final : public GuestAgent {
   std::map<std::string, std::string> files;   // the guest's files by path
   std::optional<AgentError> write_error;      // Finish fails with it; the file is not stored
   std::optional<AgentError> read_error;       // Open fails with it
+  std::optional<AgentError> limits_error;     // every SetLimits fails with it
   size_t read_chunk_bytes = AgentGuest::kFileChunkBytes;
   // While set, Exec, the clipboard calls, a file write's Finish and a file read's Open wait in
   // flight until Release().
@@ -48,6 +49,7 @@ class FakeGuestAgent final : public GuestAgent {
   std::vector<ExecSpec> execs;
   std::vector<std::string> clipboard_sets;
   std::vector<std::pair<uint32_t, uint32_t>> resizes;
+  std::vector<GuestLimits> limits;  // SetLimits calls, failed ones too
   struct Write {
     FileWriteSpec spec;
     std::string data;       // everything written so far
@@ -85,6 +87,13 @@ class FakeGuestAgent final : public GuestAgent {
     calls.push_back("resize");
     resizes.emplace_back(width, height);
     if (resize_error) co_return std::unexpected(*resize_error);
+    co_return std::expected<void, AgentError>{};
+  }
+
+  boost::asio::awaitable<std::expected<void, AgentError>> SetLimits(GuestLimits l) override {
+    calls.push_back("set_limits");
+    limits.push_back(l);
+    if (limits_error) co_return std::unexpected(*limits_error);
     co_return std::expected<void, AgentError>{};
   }
 

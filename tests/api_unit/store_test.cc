@@ -48,6 +48,7 @@ class Raw {
     return out;
   }
   int64_t Int(const char* sql) { return std::stoll(Text(sql)); }
+  void Exec(const char* sql) { EXPECT_EQ(sqlite3_exec(db_, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql; }
   // Every row of the three tables, as text, in a fixed order.
   std::string Dump() {
     std::string out;
@@ -186,6 +187,8 @@ TEST(StoreLimitsTest, ASandboxsLimitsAreKeptAndDefaultsStayEmpty) {
     a.id = "sb-00000000000000a1";
     a.cpu_weight = 10;
     a.cpu_max_millis = 500;
+    a.exec_pids_max = 256;
+    a.exec_memory_mib = 768;
     b.id = "sb-00000000000000b2";
     b.created_at_ms = 1;
     ASSERT_TRUE((*store)->PutSandbox(a));
@@ -193,8 +196,10 @@ TEST(StoreLimitsTest, ASandboxsLimitsAreKeptAndDefaultsStayEmpty) {
   }
   {
     Raw raw(path);
-    EXPECT_EQ(raw.Text("SELECT limits FROM sandboxes WHERE id = 'sb-00000000000000a1'"), "10/500");
+    EXPECT_EQ(raw.Text("SELECT limits FROM sandboxes WHERE id = 'sb-00000000000000a1'"), "10/500/256/768");
     EXPECT_EQ(raw.Text("SELECT limits = '' FROM sandboxes WHERE id = 'sb-00000000000000b2'"), "1");
+    // What the first version of schema 5 wrote, CPU only, reads as CPU only.
+    raw.Exec("UPDATE sandboxes SET limits = '20/700' WHERE id = 'sb-00000000000000b2'");
   }
   auto store = Store::Open(path);
   ASSERT_TRUE(store) << store.error();
@@ -203,8 +208,12 @@ TEST(StoreLimitsTest, ASandboxsLimitsAreKeptAndDefaultsStayEmpty) {
   ASSERT_EQ(loaded->size(), 2u);
   EXPECT_EQ(loaded->at(0).cpu_weight, 10u);
   EXPECT_EQ(loaded->at(0).cpu_max_millis, 500u);
-  EXPECT_EQ(loaded->at(1).cpu_weight, 0u);
-  EXPECT_EQ(loaded->at(1).cpu_max_millis, 0u);
+  EXPECT_EQ(loaded->at(0).exec_pids_max, 256u);
+  EXPECT_EQ(loaded->at(0).exec_memory_mib, 768u);
+  EXPECT_EQ(loaded->at(1).cpu_weight, 20u);
+  EXPECT_EQ(loaded->at(1).cpu_max_millis, 700u);
+  EXPECT_EQ(loaded->at(1).exec_pids_max, 0u);
+  EXPECT_EQ(loaded->at(1).exec_memory_mib, 0u);
   fs::remove_all(dir);
 }
 

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "agent/log.h"
 #include "agent_fakes.h"
@@ -96,6 +100,54 @@ TEST_F(ServiceFixture, ReseedSizeLimits) {
   }
   EXPECT_EQ(system.entropy.size(), 2u);
   EXPECT_EQ(system.entropy[1].size(), 512u);
+}
+
+TEST_F(ServiceFixture, SetLimitsWritesTheExecCgroupsFiles) {
+  namespace fs = std::filesystem;
+  // Without an exec cgroup there is nothing to limit.
+  pb::Request r;
+  r.set_id(5);
+  r.mutable_set_limits()->set_exec_pids_max(64);
+  EXPECT_EQ(Call(*Service(), r).error().code(), pb::Error::UNSUPPORTED);
+
+  // A plain directory stands in for the cgroup.
+  fs::path cg = fs::temp_directory_path() / ("deskbox-set-limits-" + std::to_string(::getpid()));
+  fs::create_directories(cg);
+  auto read = [&](const char* name) {
+    std::ifstream f(cg / name);
+    std::string v;
+    f >> v;
+    return v;
+  };
+  { std::ofstream(cg / "pids.max") << "1024\n"; }
+  { std::ofstream(cg / "memory.max") << "max\n"; }
+  AgentLimits limits;
+  limits.exec.cgroup = cg.string();
+  auto service = MakeService(real_processes, inline_tasks, limits);
+  r.mutable_set_limits()->set_exec_pids_max(64);
+  r.mutable_set_limits()->set_exec_memory_bytes(512ull << 20);
+  EXPECT_TRUE(Call(*service, r).has_ack());
+  EXPECT_EQ(read("pids.max"), "64");
+  EXPECT_EQ(read("memory.max"), std::to_string(512ull << 20));
+  // 0 leaves a limit as it is.
+  r.mutable_set_limits()->set_exec_pids_max(0);
+  r.mutable_set_limits()->set_exec_memory_bytes(256ull << 20);
+  EXPECT_TRUE(Call(*service, r).has_ack());
+  EXPECT_EQ(read("pids.max"), "64");
+  EXPECT_EQ(read("memory.max"), std::to_string(256ull << 20));
+  // Under 1 MiB is refused, and nothing is written.
+  r.mutable_set_limits()->set_exec_pids_max(8);
+  r.mutable_set_limits()->set_exec_memory_bytes(4096);
+  EXPECT_EQ(Call(*service, r).error().code(), pb::Error::INVALID_ARGUMENT);
+  EXPECT_EQ(read("pids.max"), "64");
+  // A file that cannot be written is the error, with its path.
+  fs::remove(cg / "pids.max");
+  r.mutable_set_limits()->set_exec_pids_max(32);
+  r.mutable_set_limits()->set_exec_memory_bytes(0);
+  auto failed = Call(*service, r);
+  ASSERT_TRUE(failed.has_error());
+  EXPECT_NE(failed.error().message().find("pids.max"), std::string::npos) << failed.error().message();
+  fs::remove_all(cg);
 }
 
 TEST_F(ServiceFixture, UnknownKindIsUnsupported) {

@@ -216,6 +216,17 @@ asio::awaitable<Result<void>> AgentGuest::SetClipboard(std::string text) {
   co_return Result<void>{};
 }
 
+asio::awaitable<Result<void>> AgentGuest::SetLimits(GuestLimits limits) {
+  agent::v1::Request req;
+  auto* l = req.mutable_set_limits();
+  l->set_exec_pids_max(limits.exec_pids_max);
+  l->set_exec_memory_bytes(limits.exec_memory_bytes);
+  auto r = co_await client_->Call(std::move(req), timeouts_.clipboard);
+  if (!r) co_return std::unexpected(std::move(r.error()));
+  if (!r->has_ack()) co_return std::unexpected(WrongKind("setting limits"));
+  co_return Result<void>{};
+}
+
 asio::awaitable<Result<void>> AgentGuest::ResizeDisplay(uint32_t width, uint32_t height) {
   // Xvnc resizes its framebuffer through RANDR to any mode of its output; a size not listed
   // yet is added as a mode first (Xvnc ignores the timings). Openbox re-fits maximized windows.

@@ -72,6 +72,8 @@ Creates a sandbox and prints its id.
 Without any of the last three the sandbox gets the daemon's default policy.
   --cpu-weight N        CPU share against other sandboxes, 1..10000 (default 100)
   --cpu-max CPUS        CPU cap, e.g. 0.5 (default: the template's vCPUs); docs/limits.md
+  --exec-pids-max N     tasks exec commands may have at once, 16..4096 (default 1024)
+  --exec-memory-mib N   memory of exec commands, MiB (default half of the guest's RAM)
 )";
 constexpr std::string_view kListUsage = R"(usage: deskbox ls [--state STATE]
 Lists sandboxes: all but stopped ones, or those in STATE
@@ -492,6 +494,8 @@ class CommandParser {
         {"--on-timeout", "", true, SetOneOf(on_timeout, {"pause", "stop"})},
         {"--meta", "", true, AddPair(c.metadata)},
         {"--cpu-weight", "", true, SetCount(c.cpu_weight)},
+        {"--exec-pids-max", "", true, SetCount(c.exec_pids_max)},
+        {"--exec-memory-mib", "", true, SetCount(c.exec_memory_mib)},
         {"--cpu-max", "", true,
          [&c](std::string_view v) -> std::optional<std::string> {
            double x = 0;

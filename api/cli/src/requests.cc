@@ -35,6 +35,8 @@ ApiRequest CreateRequest(const CreateCommand& c) {
   if (c.egress.given()) body["egress"] = EgressBody(c.egress);
   if (c.cpu_weight) body["limits"]["cpu_weight"] = *c.cpu_weight;
   if (c.cpu_max) body["limits"]["cpu_max"] = *c.cpu_max;
+  if (c.exec_pids_max) body["limits"]["exec_pids_max"] = *c.exec_pids_max;
+  if (c.exec_memory_mib) body["limits"]["exec_memory_mib"] = *c.exec_memory_mib;
   return {verb::post, "/v1/sandboxes", std::move(body)};
 }
 

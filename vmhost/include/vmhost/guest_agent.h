@@ -53,6 +53,13 @@ struct ExecResult {
   std::chrono::milliseconds duration{0};
 };
 
+// The limits of the cgroup the guest's exec commands run in (docs/limits.md); 0 leaves one as
+// it is.
+struct GuestLimits {
+  uint32_t exec_pids_max = 0;
+  uint64_t exec_memory_bytes = 0;
+};
+
 struct FileWriteSpec {
   std::string path;  // absolute
   uint32_t mode = 0644;  // permission bits of a new file (0: keep an existing file's)
@@ -115,6 +122,7 @@ class GuestAgent {
       uint32_t width, uint32_t height) = 0;
   virtual std::unique_ptr<FileWriter> WriteFile(FileWriteSpec spec) = 0;
   virtual std::unique_ptr<FileReader> ReadFile(std::string path) = 0;
+  virtual boost::asio::awaitable<std::expected<void, AgentError>> SetLimits(GuestLimits limits) = 0;
 };
 
 // How long AgentGuest waits for each answer.
@@ -141,6 +149,7 @@ class AgentGuest final : public GuestAgent {
                                                                         uint32_t height) override;
   std::unique_ptr<FileWriter> WriteFile(FileWriteSpec spec) override;
   std::unique_ptr<FileReader> ReadFile(std::string path) override;
+  boost::asio::awaitable<std::expected<void, AgentError>> SetLimits(GuestLimits limits) override;
 
   // Upload chunk size, and the chunk size asked of the guest for downloads.
   static constexpr size_t kFileChunkBytes = 256 * 1024;
