@@ -514,11 +514,12 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
     // In force first (the cgroup of its QEMU, paused or not; the guest's), then on record.
     if (auto l = co_await ctx_.manager.SetCpuLimits(c.id, limits->cpu); !l) co_return FromVmError(l.error());
     if (!limits->SameGuest(was)) {
+      // As a CPU limit that cannot be written: 500, and nothing recorded.
       auto agent = ctx_.manager.Agent(c.id);
-      if (!agent) co_return Error(503, "unavailable", "the sandbox's guest agent is not connected");
+      if (!agent) co_return Error(500, "internal", "exec limits: the sandbox's guest agent is not connected");
       const vmhost::GuestLimits wanted = GuestOf(*limits);
       auto l = co_await agent->SetLimits(wanted);
-      if (!l) co_return FromAgentError(l.error());
+      if (!l) co_return Error(500, "internal", fmt::format("exec limits in the guest: {}", l.error().message));
     }
     r = ctx_.sandboxes.Get(c.id);  // looked up again: the record may have changed meanwhile
     if (!r) co_return r.error();
