@@ -514,12 +514,19 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
     // In force first (the cgroup of its QEMU, paused or not; the guest's), then on record.
     if (auto l = co_await ctx_.manager.SetCpuLimits(c.id, limits->cpu); !l) co_return FromVmError(l.error());
     if (!limits->SameGuest(was)) {
-      // As a CPU limit that cannot be written: 500, and nothing recorded.
-      auto agent = ctx_.manager.Agent(c.id);
-      if (!agent) co_return Error(500, "internal", "exec limits: the sandbox's guest agent is not connected");
-      const vmhost::GuestLimits wanted = GuestOf(*limits);
-      auto l = co_await agent->SetLimits(wanted);
-      if (!l) co_return Error(500, "internal", fmt::format("exec limits in the guest: {}", l.error().message));
+      // As a CPU limit that cannot be written: 500, and nothing changes (the CPU limits just
+      // written go back).
+      std::string failed = "the sandbox's guest agent is not connected";
+      if (auto agent = ctx_.manager.Agent(c.id)) {
+        const vmhost::GuestLimits wanted = GuestOf(*limits);
+        auto l = co_await agent->SetLimits(wanted);
+        failed = l ? "" : l.error().message;
+      }
+      if (!failed.empty()) {
+        auto undone = co_await ctx_.manager.SetCpuLimits(c.id, was.cpu);
+        if (!undone) log::Warn(kLifecycleLog, "sandbox {}: CPU limits not put back: {}", c.id, undone.error().message);
+        co_return Error(500, "internal", fmt::format("exec limits in the guest: {}", failed));
+      }
     }
     r = ctx_.sandboxes.Get(c.id);  // looked up again: the record may have changed meanwhile
     if (!r) co_return r.error();

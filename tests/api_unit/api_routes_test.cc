@@ -247,10 +247,14 @@ TEST_F(ApiRoutesTest, ExecLimitsAreSetInTheGuestAtCreateAndByPatch) {
         vmhost::AgentError{vmhost::AgentError::Code::kGuest, "/sys/fs/cgroup/user/exec/pids.max: Permission denied"};
     return 0;
   });
-  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_pids_max": 100}})");
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_pids_max": 100, "cpu_weight": 77}})");
   EXPECT_EQ(r.status, 500u) << r.body;
   EXPECT_NE(r.body.find("Permission denied"), std::string::npos) << r.body;
-  EXPECT_EQ(Body(h_.Call(verb::get, "/v1/sandboxes/" + small))["limits"]["exec_pids_max"], 64);
+  auto after = Body(h_.Call(verb::get, "/v1/sandboxes/" + small))["limits"];
+  EXPECT_EQ(after["exec_pids_max"], 64);
+  EXPECT_EQ(after["cpu_weight"], 30);
+  EXPECT_EQ(h_.OnServer([this, small] { return h_.host().cpu_limits.at(small).weight; }), 30u)
+      << "the CPU limit written before the guest refused was put back";
   // At create: the sandbox is destroyed and the create fails.
   size_t alive = h_.OnServer([this] { return h_.host().alive(); });
   h_.OnServer([this] {
