@@ -919,7 +919,9 @@ Reply RecordingRoutes::Verify(Call& c) {
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   std::optional<uint32_t> live;
   if (auto it = live_.find(c.id); it != live_.end()) {
-    live = it->second->open_index;
+    // From the recorder itself: its newest file can exist before the executor has heard of it
+    // (on_open is posted), and a route-side index would then call that file unlisted.
+    live = it->second->recorder->opened_index();
     // A segment opens with its first frame, a moment after the recorder starts.
     if (!live) live = it->second->recorder->next_index();
   }

@@ -92,6 +92,11 @@ RecorderStats ScreenRecorder::stats() const {
   return stats_;
 }
 
+std::optional<uint32_t> ScreenRecorder::opened_index() const {
+  std::lock_guard lk(mu_);
+  return opened_index_;
+}
+
 uint32_t ScreenRecorder::next_index() const {
   std::lock_guard lk(mu_);
   return next_index_;
@@ -152,6 +157,7 @@ void ScreenRecorder::Encode(ScreenFrame& f) {
     {
       std::lock_guard lk(mu_);
       index = next_index_++;
+      opened_index_ = index;
     }
     std::string path = SegmentPath(settings_.dir, index);
     auto enc = SegmentEncoder::Open(path, w, h, settings_.encoder);

@@ -82,6 +82,9 @@ class ScreenRecorder {
   void Stop(int64_t end_ms);
   RecorderStats stats() const;
   uint32_t next_index() const;
+  // The segment opened last (its file may exist before its `on_open` has been heard of), or
+  // nullopt before the first.
+  std::optional<uint32_t> opened_index() const;
 
  private:
   struct Item {
@@ -105,6 +108,7 @@ class ScreenRecorder {
   int64_t stop_ms_ = 0;
   RecorderStats stats_;
   uint32_t next_index_;
+  std::optional<uint32_t> opened_index_;
   // The recorder thread's own.
   std::unique_ptr<SegmentEncoder> encoder_;
   FinishedSegment current_;
