@@ -396,14 +396,8 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     }
   }
   if (limits && !limits->SameGuest(defaults)) {
-    // (No co_await inside a conditional expression: GCC 12 miscompiles it.)
-    std::string failed = "the guest agent is not connected";
-    if (auto agent = ctx_.manager.Agent((*sb)->id())) {
-      const vmhost::GuestLimits wanted = GuestOf(*limits);
-      auto l = co_await agent->SetLimits(wanted);
-      failed = l ? "" : l.error().message;
-    }
-    if (!failed.empty()) {
+    const vmhost::GuestLimits wanted = GuestOf(*limits);
+    if (std::string failed = co_await SetGuestLimits((*sb)->id(), wanted); !failed.empty()) {
       egress_.Detach((*sb)->id());
       co_await ctx_.manager.Destroy((*sb)->id());
       co_return Error(500, "internal", fmt::format("exec limits in the new sandbox's guest: {}", failed));
@@ -487,6 +481,14 @@ Reply LifecycleRoutes::GetSandbox(Call& c) {
   co_return Json(200, SandboxJson(**r));
 }
 
+asio::awaitable<std::string> LifecycleRoutes::SetGuestLimits(const std::string& id, vmhost::GuestLimits limits) {
+  auto agent = ctx_.manager.Agent(id);
+  if (!agent) co_return "the sandbox's guest agent is not connected";
+  // (Not written as a conditional expression around co_await: GCC 12 miscompiles that.)
+  auto l = co_await agent->SetLimits(limits);
+  co_return l ? std::string() : l.error().message;
+}
+
 Reply LifecycleRoutes::PatchSandbox(Call& c) {
   if (auto r = ctx_.sandboxes.Get(c.id); !r) co_return r.error();
   auto body = co_await ReadJson(c);
@@ -516,13 +518,8 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
     if (!limits->SameGuest(was)) {
       // As a CPU limit that cannot be written: 500, and nothing changes (the CPU limits just
       // written go back).
-      std::string failed = "the sandbox's guest agent is not connected";
-      if (auto agent = ctx_.manager.Agent(c.id)) {
-        const vmhost::GuestLimits wanted = GuestOf(*limits);
-        auto l = co_await agent->SetLimits(wanted);
-        failed = l ? "" : l.error().message;
-      }
-      if (!failed.empty()) {
+      const vmhost::GuestLimits wanted = GuestOf(*limits);
+      if (std::string failed = co_await SetGuestLimits(c.id, wanted); !failed.empty()) {
         auto undone = co_await ctx_.manager.SetCpuLimits(c.id, was.cpu);
         if (!undone) log::Warn(kLifecycleLog, "sandbox {}: CPU limits not put back: {}", c.id, undone.error().message);
         co_return Error(500, "internal", fmt::format("exec limits in the guest: {}", failed));

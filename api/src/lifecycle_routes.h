@@ -8,6 +8,7 @@
 
 #include "api_context.h"
 #include "egress_binding.h"
+#include "vmhost/guest_agent.h"
 
 namespace deskbox::api {
 
@@ -31,6 +32,8 @@ class LifecycleRoutes {
   Reply ListSandboxes(Call& c);
   Reply GetSandbox(Call& c);
   Reply PatchSandbox(Call& c);
+  // Writes a sandbox's exec limits into its guest; "" when done, else why not.
+  boost::asio::awaitable<std::string> SetGuestLimits(const std::string& id, vmhost::GuestLimits limits);
   Reply DeleteSandbox(Call& c);
   Reply PauseSandbox(Call& c);
   Reply ResumeSandbox(Call& c);

@@ -110,6 +110,17 @@ const std::string* FindEnv(const std::vector<std::string>& env, std::string_view
   return nullptr;
 }
 
+namespace {
+// 0 when `path` is a regular file this process may execute; else why not (an errno, EACCES
+// for what is not a regular file).
+int NotExecutable(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return errno;
+  if (!S_ISREG(st.st_mode)) return EACCES;
+  return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
+}
+}  // namespace
+
 std::expected<std::string, AgentError> ResolveExecutable(std::string_view name,
                                                          std::string_view path_env) {
   if (name.empty()) return std::unexpected(MakeError(pb::Error::INVALID_ARGUMENT, "empty argv[0]"));
@@ -122,11 +133,7 @@ std::expected<std::string, AgentError> ResolveExecutable(std::string_view name,
     std::string candidate(dir);
     candidate += '/';
     candidate += name;
-    struct stat st{};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
+    if (NotExecutable(candidate) == 0) return candidate;
   }
   return std::unexpected(
       MakeError(pb::Error::NOT_FOUND, "program not found in PATH: " + std::string(name)));
@@ -149,10 +156,7 @@ std::expected<ExecOutcome, AgentError> SpawnProcessRunner::Run(const ExecSpec& s
   if (!spec.cgroup.empty()) {
     // What posix_spawn of the program itself would refuse is refused here, with its reason,
     // rather than as exec-in's exit status 126 or 127.
-    struct stat st{};
-    if (::stat(program->c_str(), &st) != 0) return std::unexpected(ErrnoError(errno, "exec " + *program));
-    if (!S_ISREG(st.st_mode)) return std::unexpected(ErrnoError(EACCES, "exec " + *program));
-    if (::access(program->c_str(), X_OK) != 0) return std::unexpected(ErrnoError(errno, "exec " + *program));
+    if (int e = NotExecutable(*program)) return std::unexpected(ErrnoError(e, "exec " + *program));
     joined = {spec.exec_in, spec.cgroup, spec.argv[0], *program};
     joined.insert(joined.end(), spec.argv.begin() + 1, spec.argv.end());
     *program = spec.exec_in;
