@@ -49,13 +49,18 @@ struct Limits {
   vmhost::CpuLimits cpu;
   uint32_t exec_pids_max = 0;
   uint32_t exec_memory_mib = 0;
+  uint32_t exec_disk_mib = 0;
   bool SameGuest(const Limits& o) const {
-    return exec_pids_max == o.exec_pids_max && exec_memory_mib == o.exec_memory_mib;
+    return exec_pids_max == o.exec_pids_max && exec_memory_mib == o.exec_memory_mib &&
+           exec_disk_mib == o.exec_disk_mib;
   }
 };
 // The guest's own defaults, which its init sets (desktop-images/image/rootfs/usr/lib/deskbox/init).
 constexpr uint32_t kDefaultExecPids = 1024, kMinExecPids = 16, kMaxExecPids = 4096;
 constexpr uint32_t kMinExecMemoryMib = 64;
+// Root's files on the guest's disk may grow by this much (the agent's --exec-disk-mib); a value
+// over the disk's free space (1 GiB in the image) is allowed and changes nothing.
+constexpr uint32_t kDefaultExecDiskMib = 512, kMinExecDiskMib = 16, kMaxExecDiskMib = 1u << 20;
 
 // What the template gives: its vCPUs (the CPU cap's default and maximum) and its RAM (the
 // commands' memory: half by default, at most all).
@@ -69,7 +74,8 @@ TemplateSize SizeOf(const vmhost::SandboxHost& m) {
 Limits DefaultLimits(TemplateSize t) {
   return {.cpu = {.weight = vmhost::kDefaultCpuWeight, .max_millis = t.vcpus * 1000},
           .exec_pids_max = kDefaultExecPids,
-          .exec_memory_mib = t.memory_mib / 2};
+          .exec_memory_mib = t.memory_mib / 2,
+          .exec_disk_mib = kDefaultExecDiskMib};
 }
 
 // A sandbox's limits as in force: the record's, or the defaults where it has none.
@@ -79,6 +85,7 @@ Limits EffectiveLimits(const SandboxRecord& r, TemplateSize t) {
   if (r.cpu_max_millis) l.cpu.max_millis = r.cpu_max_millis;
   if (r.exec_pids_max) l.exec_pids_max = r.exec_pids_max;
   if (r.exec_memory_mib) l.exec_memory_mib = r.exec_memory_mib;
+  if (r.exec_disk_mib) l.exec_disk_mib = r.exec_disk_mib;
   return l;
 }
 
@@ -86,7 +93,8 @@ json LimitsJson(const Limits& l) {
   return {{"cpu_weight", l.cpu.weight},
           {"cpu_max", l.cpu.max_millis / 1000.0},
           {"exec_pids_max", l.exec_pids_max},
-          {"exec_memory_mib", l.exec_memory_mib}};
+          {"exec_memory_mib", l.exec_memory_mib},
+          {"exec_disk_mib", l.exec_disk_mib}};
 }
 
 void Record(SandboxRecord& r, const Limits& l) {
@@ -94,10 +102,16 @@ void Record(SandboxRecord& r, const Limits& l) {
   r.cpu_max_millis = l.cpu.max_millis;
   r.exec_pids_max = l.exec_pids_max;
   r.exec_memory_mib = l.exec_memory_mib;
+  r.exec_disk_mib = l.exec_disk_mib;
 }
 
-vmhost::GuestLimits GuestOf(const Limits& l) {
-  return {.exec_pids_max = l.exec_pids_max, .exec_memory_bytes = uint64_t{l.exec_memory_mib} << 20};
+// What the guest is told to change from `was`: pids and memory always (idempotent writes), the
+// disk limit only when it changes, so that a guest without a disk quota (a template built
+// before it) still takes the others.
+vmhost::GuestLimits GuestOf(const Limits& l, const Limits& was) {
+  return {.exec_pids_max = l.exec_pids_max,
+          .exec_memory_bytes = uint64_t{l.exec_memory_mib} << 20,
+          .exec_disk_bytes = l.exec_disk_mib != was.exec_disk_mib ? uint64_t{l.exec_disk_mib} << 20 : 0};
 }
 
 // The `limits` member over `base` (what is in force): fields not given keep base's value.
@@ -113,6 +127,8 @@ std::optional<Limits> ReadLimits(ObjectReader& in, Limits base, TemplateSize t) 
   if (auto p = lr.Integer("exec_pids_max", kMinExecPids, kMaxExecPids)) base.exec_pids_max = static_cast<uint32_t>(*p);
   if (auto m = lr.Integer("exec_memory_mib", kMinExecMemoryMib, t.memory_mib))
     base.exec_memory_mib = static_cast<uint32_t>(*m);
+  if (auto d = lr.Integer("exec_disk_mib", kMinExecDiskMib, kMaxExecDiskMib))
+    base.exec_disk_mib = static_cast<uint32_t>(*d);
   if (auto e = lr.Finish()) {
     in.Fail(*e);
     return std::nullopt;
@@ -396,7 +412,7 @@ Reply LifecycleRoutes::CreateSandbox(Call& c) {
     }
   }
   if (limits && !limits->SameGuest(defaults)) {
-    const vmhost::GuestLimits wanted = GuestOf(*limits);
+    const vmhost::GuestLimits wanted = GuestOf(*limits, defaults);
     if (std::string failed = co_await SetGuestLimits((*sb)->id(), wanted); !failed.empty()) {
       egress_.Detach((*sb)->id());
       co_await ctx_.manager.Destroy((*sb)->id());
@@ -518,7 +534,7 @@ Reply LifecycleRoutes::PatchSandbox(Call& c) {
     if (!limits->SameGuest(was)) {
       // As a CPU limit that cannot be written: 500, and nothing changes (the CPU limits just
       // written go back).
-      const vmhost::GuestLimits wanted = GuestOf(*limits);
+      const vmhost::GuestLimits wanted = GuestOf(*limits, was);
       if (std::string failed = co_await SetGuestLimits(c.id, wanted); !failed.empty()) {
         auto undone = co_await ctx_.manager.SetCpuLimits(c.id, was.cpu);
         if (!undone) log::Warn(kLifecycleLog, "sandbox {}: CPU limits not put back: {}", c.id, undone.error().message);

@@ -15,7 +15,7 @@ namespace {
 
 // kSchemaVersion (store.h) 2: sandboxes.display ("WxH" or ""); 3: sandboxes.browser_refreshing;
 // 4: sandboxes.recording; 5: sandboxes.limits ("cpu_weight/cpu_max_millis" or "", since then
-// "cpu_weight/cpu_max_millis/exec_pids_max/exec_memory_mib"; both are read). An older
+// "cpu_weight/cpu_max_millis/exec_pids_max/exec_memory_mib", then ".../exec_disk_mib"; all are read). An older
 // database is migrated on open; tests/api_unit/data keeps one database of each older version, as
 // its release made it.
 static_assert(kSchemaVersion == 5, "add the migration step, and a fixture of the version before");
@@ -262,8 +262,9 @@ std::expected<void, StoreError> Store::PutSandbox(const SandboxRecord& r) {
   s.Text(20, r.display_w && r.display_h ? fmt::format("{}x{}", r.display_w, r.display_h) : std::string());
   s.Int(21, r.browser_refreshing ? 1 : 0);
   s.Int(22, r.recording ? 1 : 0);
-  s.Text(23, r.cpu_weight || r.cpu_max_millis || r.exec_pids_max || r.exec_memory_mib
-                 ? fmt::format("{}/{}/{}/{}", r.cpu_weight, r.cpu_max_millis, r.exec_pids_max, r.exec_memory_mib)
+  s.Text(23, r.cpu_weight || r.cpu_max_millis || r.exec_pids_max || r.exec_memory_mib || r.exec_disk_mib
+                 ? fmt::format("{}/{}/{}/{}/{}", r.cpu_weight, r.cpu_max_millis, r.exec_pids_max, r.exec_memory_mib,
+                               r.exec_disk_mib)
                  : std::string());
   if (s.Step() != SQLITE_DONE) return std::unexpected(Error("saving sandbox"));
   return {};
@@ -304,11 +305,13 @@ std::expected<std::vector<SandboxRecord>, StoreError> Store::LoadSandboxes() {
     r.owner = s.ColText(18);
     r.browser_refreshing = s.ColInt(20) != 0;
     r.recording = s.ColInt(21) != 0;
-    if (unsigned w = 0, m = 0, p = 0, e = 0; std::sscanf(s.ColText(22).c_str(), "%u/%u/%u/%u", &w, &m, &p, &e) >= 2) {
+    if (unsigned w = 0, m = 0, p = 0, e = 0, d = 0;
+        std::sscanf(s.ColText(22).c_str(), "%u/%u/%u/%u/%u", &w, &m, &p, &e, &d) >= 2) {
       r.cpu_weight = w;
       r.cpu_max_millis = m;
       r.exec_pids_max = p;
       r.exec_memory_mib = e;
+      r.exec_disk_mib = d;
     }
     if (unsigned w = 0, h = 0; std::sscanf(s.ColText(19).c_str(), "%ux%u", &w, &h) == 2) {
       r.display_w = w;

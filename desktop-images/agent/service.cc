@@ -136,6 +136,10 @@ void AgentService::HandleSetLimits(uint64_t id, const pb::SetLimits& request, co
     reply(ErrorResponse(id, MakeError(pb::Error::INVALID_ARGUMENT, "exec_memory_bytes under 1 MiB")));
     return;
   }
+  if (request.exec_disk_bytes() != 0 && request.exec_disk_bytes() < (1u << 20)) {
+    reply(ErrorResponse(id, MakeError(pb::Error::INVALID_ARGUMENT, "exec_disk_bytes under 1 MiB")));
+    return;
+  }
   // A cgroup file takes one write of the whole value.
   auto write = [&](const char* name, uint64_t value) -> std::expected<void, AgentError> {
     const std::string path = cg + "/" + name;
@@ -149,13 +153,20 @@ void AgentService::HandleSetLimits(uint64_t id, const pb::SetLimits& request, co
   std::expected<void, AgentError> done;
   if (request.exec_pids_max() != 0) done = write("pids.max", request.exec_pids_max());
   if (done && request.exec_memory_bytes() != 0) done = write("memory.max", request.exec_memory_bytes());
+  if (done && request.exec_disk_bytes() != 0) {
+    // Commands run as root: their files count against root's quota, above the template's.
+    if (limits_.exec.disk_base_file.empty())
+      done = std::unexpected(MakeError(pb::Error::UNSUPPORTED, "exec commands have no disk quota here"));
+    else
+      done = deps_.system.LimitDiskGrowth(0, request.exec_disk_bytes(), limits_.exec.disk_base_file);
+  }
   if (!done) {
     Log("set_limits id=", id, " failed: ", done.error().message);
     reply(ErrorResponse(id, done.error()));
     return;
   }
   Log("set_limits id=", id, ": exec pids.max ", request.exec_pids_max(), ", memory.max ",
-      request.exec_memory_bytes(), " (0: unchanged)");
+      request.exec_memory_bytes(), ", disk ", request.exec_disk_bytes(), " (0: unchanged)");
   reply(AckResponse(id));
 }
 

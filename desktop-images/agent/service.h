@@ -36,6 +36,9 @@ struct ExecLimits {
   // A cgroup v2 directory every exec command joins before it starts (its pids and memory
   // limits, set by the guest's init); empty: commands run in the agent's own cgroup.
   std::string cgroup;
+  // Where the root filesystem's quota base for exec commands (uid 0) is kept; empty: exec
+  // commands have no disk limit here (the agent's --exec-disk-mib sets it).
+  std::string disk_base_file;
 };
 
 struct ClipboardLimits {

@@ -20,6 +20,11 @@ class SystemControl {
   virtual std::expected<void, AgentError> AddEntropyAndReseed(std::span<const uint8_t> bytes) = 0;
   // uname(2) release, e.g. "6.1.0-18-amd64".
   virtual std::string KernelRelease() = 0;
+  // The user's quota on the root filesystem: a hard block limit `bytes` above what the user's
+  // files took up the first time a limit was set (kept in `base_file`, so a restarted agent
+  // keeps the same base). UNSUPPORTED when the filesystem keeps no user quota.
+  virtual std::expected<void, AgentError> LimitDiskGrowth(uint32_t uid, uint64_t bytes,
+                                                          const std::string& base_file) = 0;
 };
 
 class LinuxSystemControl final : public SystemControl {
@@ -27,6 +32,8 @@ class LinuxSystemControl final : public SystemControl {
   std::expected<void, AgentError> SetRealtime(int64_t unix_time_ns) override;
   std::expected<void, AgentError> AddEntropyAndReseed(std::span<const uint8_t> bytes) override;
   std::string KernelRelease() override;
+  std::expected<void, AgentError> LimitDiskGrowth(uint32_t uid, uint64_t bytes,
+                                                  const std::string& base_file) override;
 };
 
 }  // namespace deskbox::agent

@@ -163,9 +163,10 @@ if __name__ == "__main__":
 
 
 class GuestLimitsTest(ApiTestCase):
-    """Inside one guest (docs/limits.md): a fork bomb, a memory hog and a /tmp filler, each run
-    as an exec command, hit the limits of the commands' cgroup (user/exec: the guest's defaults,
-    or the sandbox's `limits` set at create or by PATCH) and its tmpfs sizes, while the desktop
+    """Inside one guest (docs/limits.md): a fork bomb, a memory hog, a /tmp filler and a disk
+    filler, each run as an exec command, hit the limits of the commands' cgroup (user/exec: the
+    guest's defaults, or the sandbox's `limits` set at create or by PATCH), its tmpfs sizes and
+    root's disk quota, while the desktop
     goes on: Xvnc, Chromium and the agent keep their processes, screenshots and new commands
     work, and nothing of the abuse is left."""
     deployment = {"warm_pool": 1}
@@ -250,4 +251,38 @@ class GuestLimitsTest(ApiTestCase):
         filled = int(res["stdout"].split()[-1])
         self.assertLessEqual(filled, total // 4 + (1 << 20), "at most a quarter of RAM (size=25%)")
         self.assertGreater(filled, total // 8, "the filler wrote until /tmp was full")
+        self.still_works(before)
+
+    def fill_root(self, mib):
+        """dd as an exec command into /root until it fails: what it wrote, in bytes."""
+        res = self.exec_in(self.sid, shell=f"dd if=/dev/zero of=/root/fill bs=1M count={mib}; "
+                                           "sync; stat -c %s /root/fill; rm -f /root/fill",
+                           timeout_s=600, timeout=700)
+        self.assertIn("Disk quota exceeded", res["stderr"], res)
+        return int(res["stdout"].split()[-1])
+
+    def test_a_disk_filler_stops_at_the_commands_disk_quota(self):
+        self.assertEqual(self.get_sandbox(self.sid)["limits"]["exec_disk_mib"], 512)
+        # Commands cannot override the quota: CAP_SYS_RESOURCE (bit 24) is out of their bounding set.
+        bnd = int(self.sh(self.sid, "sed -n 's/^CapBnd:\t//p' /proc/self/status"), 16)
+        self.assertFalse(bnd & (1 << 24), f"CapBnd {bnd:x}")
+        free = int(self.sh(self.sid, "df -B1 --output=avail / | tail -n1"))
+        self.assertGreater(free, 768 << 20, "the disk has room past the default limit")
+        before = self.desktop()
+        # The default: 512 MiB past the template's files of root (about 1 GiB is free).
+        filled = self.fill_root(1024)
+        print(f"default limit: {filled >> 20} MiB written of {free >> 20} MiB free")
+        self.assertLessEqual(filled, 512 << 20)
+        self.assertGreater(filled, 480 << 20)
+        # Changed live: 64 MiB.
+        r = self.dbx.request("PATCH", f"/v1/sandboxes/{self.sid}", json={"limits": {"exec_disk_mib": 64}}, timeout=60)
+        self.assertEqual(self.expect(r, 200, "patch exec_disk_mib")["limits"]["exec_disk_mib"], 64)
+        filled = self.fill_root(256)
+        self.assertLessEqual(filled, 64 << 20)
+        self.assertGreater(filled, 48 << 20)
+        # The desktop's user is not counted against it: the browser's profile can still grow.
+        out = self.sh(self.sid, "dd if=/dev/zero of=/root/keep bs=1M count=60 2>/dev/null; "
+                                "runuser -u desk -- dd if=/dev/zero of=/home/desk/more bs=1M count=100 2>&1; "
+                                "stat -c %s /home/desk/more; rm -f /home/desk/more /root/keep")
+        self.assertEqual(out.split()[-1], str(100 << 20), out)
         self.still_works(before)

@@ -254,8 +254,8 @@ TEST(Create, LimitsGoInOneObject) {
   auto r = CreateRequest(ParseAs<CreateCommand>({"create", "--cpu-weight", "50", "--cpu-max=0.5"}));
   ASSERT_TRUE(r.body);
   EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"cpu_weight":50,"cpu_max":0.5}})"));
-  r = CreateRequest(ParseAs<CreateCommand>({"create", "--exec-pids-max", "256", "--exec-memory-mib=512"}));
-  EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"exec_pids_max":256,"exec_memory_mib":512}})"));
+  r = CreateRequest(ParseAs<CreateCommand>({"create", "--exec-pids-max", "256", "--exec-memory-mib=512", "--exec-disk-mib", "64"}));
+  EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"exec_pids_max":256,"exec_memory_mib":512,"exec_disk_mib":64}})"));
   EXPECT_NE(UsageError({"create", "--exec-pids-max", "many"}), "");
   r = CreateRequest(ParseAs<CreateCommand>({"create", "--cpu-max", "1"}));
   EXPECT_EQ(*r.body, nlohmann::json::parse(R"({"limits":{"cpu_max":1.0}})"));

@@ -151,7 +151,7 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   // Defaults: shown as in force, and no cgroup write (a new QEMU's group has them already).
   std::string plain = Create();
   auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + plain));
-  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 100}, {"cpu_max", 2.0}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}))
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 100}, {"cpu_max", 2.0}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}, {"exec_disk_mib", 512}}))
       << sb.dump();
   EXPECT_EQ(cpu(plain), "none");
   std::string same = Create({{"limits", {{"cpu_weight", 100}, {"cpu_max", 2}}}});
@@ -160,12 +160,12 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
   std::string capped = Create({{"limits", {{"cpu_weight", 10}, {"cpu_max", 0.5}}}});
   EXPECT_EQ(cpu(capped), "10/500");
   sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + capped));
-  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 0.5}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}))
+  EXPECT_EQ(sb["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 0.5}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}, {"exec_disk_mib", 512}}))
       << sb.dump();
   // Changed live: a field not given keeps its value; paused too.
   auto r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_max": 1.25}})");
   ASSERT_EQ(r.status, 200u) << r.body;
-  EXPECT_EQ(Body(r)["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 1.25}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}));
+  EXPECT_EQ(Body(r)["limits"], (json{{"cpu_weight", 10}, {"cpu_max", 1.25}, {"exec_pids_max", 1024}, {"exec_memory_mib", 1024}, {"exec_disk_mib", 512}}));
   EXPECT_EQ(cpu(capped), "10/1250");
   ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + capped + "/pause").status, 200u);
   r = h_.Call(verb::patch, "/v1/sandboxes/" + capped, R"({"limits": {"cpu_weight": 2500}})");
@@ -178,7 +178,8 @@ TEST_F(ApiRoutesTest, LimitsAreSetAtCreateChangedLiveAndShown) {
                           R"({"limits": {"cpu_max": "1"}})", R"({"limits": {"memory": 1}})", R"({"limits": 5})",
                           R"({"limits": {"exec_pids_max": 15}})", R"({"limits": {"exec_pids_max": 4097}})",
                           R"({"limits": {"exec_memory_mib": 63}})", R"({"limits": {"exec_memory_mib": 2049}})",
-                          R"({"limits": {"exec_memory_mib": 1.5}})"}) {
+                          R"({"limits": {"exec_memory_mib": 1.5}})", R"({"limits": {"exec_disk_mib": 15}})",
+                          R"({"limits": {"exec_disk_mib": 1048577}})", R"({"limits": {"exec_disk_mib": "64"}})"}) {
     for (std::string target : {std::string("/v1/sandboxes"), "/v1/sandboxes/" + plain}) {
       r = h_.Call(target == "/v1/sandboxes" ? verb::post : verb::patch, target, bad);
       EXPECT_EQ(r.status, 400u) << bad << " " << r.body;
@@ -214,16 +215,16 @@ TEST_F(ApiRoutesTest, ExecLimitsAreSetInTheGuestAtCreateAndByPatch) {
     return h_.OnServer([this, id] {
       std::vector<std::string> out;
       for (const auto& l : h_.host().agents.at(id)->limits)
-        out.push_back(fmt::format("{}/{}", l.exec_pids_max, l.exec_memory_bytes >> 20));
+        out.push_back(fmt::format("{}/{}/{}", l.exec_pids_max, l.exec_memory_bytes >> 20, l.exec_disk_bytes >> 20));
       return out;
     });
   };
   // The guest's defaults need no call.
-  std::string plain = Create({{"limits", {{"exec_pids_max", 1024}, {"exec_memory_mib", 1024}}}});
+  std::string plain = Create({{"limits", {{"exec_pids_max", 1024}, {"exec_memory_mib", 1024}, {"exec_disk_mib", 512}}}});
   EXPECT_TRUE(set(plain).empty());
   // Given at create: in the guest before the answer.
   std::string small = Create({{"limits", {{"exec_pids_max", 64}, {"exec_memory_mib", 256}}}});
-  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256"}));
+  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256/0"})) << "the disk limit is sent only when it changes";
   auto sb = Body(h_.Call(verb::get, "/v1/sandboxes/" + small));
   EXPECT_EQ(sb["limits"]["exec_pids_max"], 64);
   EXPECT_EQ(sb["limits"]["exec_memory_mib"], 256);
@@ -233,7 +234,15 @@ TEST_F(ApiRoutesTest, ExecLimitsAreSetInTheGuestAtCreateAndByPatch) {
   EXPECT_EQ(Body(r)["limits"]["exec_memory_mib"], 512);
   r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"cpu_weight": 20}})");
   ASSERT_EQ(r.status, 200u) << r.body;
-  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256", "64/512"}));
+  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256/0", "64/512/0"}));
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_disk_mib": 64}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(Body(r)["limits"]["exec_disk_mib"], 64);
+  r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_disk_mib": 64, "exec_pids_max": 65}})");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(set(small), (std::vector<std::string>{"64/256/0", "64/512/0", "64/512/64", "65/512/0"}));
+  std::string disk = Create({{"limits", {{"exec_disk_mib", 100}}}});
+  EXPECT_EQ(set(disk), (std::vector<std::string>{"1024/1024/100"}));
   // Paused: its guest cannot take them (409); CPU limits still can.
   ASSERT_EQ(h_.Call(verb::post, "/v1/sandboxes/" + small + "/pause").status, 200u);
   r = h_.Call(verb::patch, "/v1/sandboxes/" + small, R"({"limits": {"exec_pids_max": 100}})");
@@ -251,7 +260,7 @@ TEST_F(ApiRoutesTest, ExecLimitsAreSetInTheGuestAtCreateAndByPatch) {
   EXPECT_EQ(r.status, 500u) << r.body;
   EXPECT_NE(r.body.find("Permission denied"), std::string::npos) << r.body;
   auto after = Body(h_.Call(verb::get, "/v1/sandboxes/" + small))["limits"];
-  EXPECT_EQ(after["exec_pids_max"], 64);
+  EXPECT_EQ(after["exec_pids_max"], 65);
   EXPECT_EQ(after["cpu_weight"], 30);
   EXPECT_EQ(h_.OnServer([this, small] { return h_.host().cpu_limits.at(small).weight; }), 30u)
       << "the CPU limit written before the guest refused was put back";

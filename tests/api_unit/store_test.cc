@@ -189,31 +189,42 @@ TEST(StoreLimitsTest, ASandboxsLimitsAreKeptAndDefaultsStayEmpty) {
     a.cpu_max_millis = 500;
     a.exec_pids_max = 256;
     a.exec_memory_mib = 768;
+    a.exec_disk_mib = 64;
     b.id = "sb-00000000000000b2";
     b.created_at_ms = 1;
     ASSERT_TRUE((*store)->PutSandbox(a));
     ASSERT_TRUE((*store)->PutSandbox(b));
+    SandboxRecord c;
+    c.id = "sb-00000000000000c3";
+    c.created_at_ms = 2;
+    ASSERT_TRUE((*store)->PutSandbox(c));
   }
   {
     Raw raw(path);
-    EXPECT_EQ(raw.Text("SELECT limits FROM sandboxes WHERE id = 'sb-00000000000000a1'"), "10/500/256/768");
+    EXPECT_EQ(raw.Text("SELECT limits FROM sandboxes WHERE id = 'sb-00000000000000a1'"), "10/500/256/768/64");
     EXPECT_EQ(raw.Text("SELECT limits = '' FROM sandboxes WHERE id = 'sb-00000000000000b2'"), "1");
-    // What the first version of schema 5 wrote, CPU only, reads as CPU only.
+    // What the first version of schema 5 wrote, CPU only, reads as CPU only; the second's four
+    // numbers as four.
     raw.Exec("UPDATE sandboxes SET limits = '20/700' WHERE id = 'sb-00000000000000b2'");
+    raw.Exec("UPDATE sandboxes SET limits = '30/800/128/256' WHERE id = 'sb-00000000000000c3'");
   }
   auto store = Store::Open(path);
   ASSERT_TRUE(store) << store.error();
   auto loaded = (*store)->LoadSandboxes();
   ASSERT_TRUE(loaded) << loaded.error().message;
-  ASSERT_EQ(loaded->size(), 2u);
+  ASSERT_EQ(loaded->size(), 3u);
   EXPECT_EQ(loaded->at(0).cpu_weight, 10u);
   EXPECT_EQ(loaded->at(0).cpu_max_millis, 500u);
   EXPECT_EQ(loaded->at(0).exec_pids_max, 256u);
   EXPECT_EQ(loaded->at(0).exec_memory_mib, 768u);
+  EXPECT_EQ(loaded->at(0).exec_disk_mib, 64u);
   EXPECT_EQ(loaded->at(1).cpu_weight, 20u);
   EXPECT_EQ(loaded->at(1).cpu_max_millis, 700u);
   EXPECT_EQ(loaded->at(1).exec_pids_max, 0u);
   EXPECT_EQ(loaded->at(1).exec_memory_mib, 0u);
+  EXPECT_EQ(loaded->at(2).exec_pids_max, 128u);
+  EXPECT_EQ(loaded->at(2).exec_memory_mib, 256u);
+  EXPECT_EQ(loaded->at(2).exec_disk_mib, 0u);
   fs::remove_all(dir);
 }
 

@@ -26,6 +26,14 @@ std::expected<void, AgentError> FakeSystemControl::AddEntropyAndReseed(
   return {};
 }
 
+std::expected<void, AgentError> FakeSystemControl::LimitDiskGrowth(uint32_t uid, uint64_t bytes,
+                                                                   const std::string& base_file) {
+  std::lock_guard lock(mu);
+  if (fail_with) return std::unexpected(*fail_with);
+  disk_limits.push_back(std::to_string(uid) + " " + std::to_string(bytes) + " " + base_file);
+  return {};
+}
+
 std::expected<ExecOutcome, AgentError> FakeProcessRunner::Run(const ExecSpec& spec) {
   Handler h;
   {

@@ -37,10 +37,13 @@ class FakeSystemControl final : public SystemControl {
   std::expected<void, AgentError> SetRealtime(int64_t ns) override;
   std::expected<void, AgentError> AddEntropyAndReseed(std::span<const uint8_t> bytes) override;
   std::string KernelRelease() override { return "6.1.0-test-amd64"; }
+  std::expected<void, AgentError> LimitDiskGrowth(uint32_t uid, uint64_t bytes,
+                                                  const std::string& base_file) override;
 
   std::mutex mu;
   std::vector<int64_t> clock_sets;
   std::vector<std::string> entropy;
+  std::vector<std::string> disk_limits;  // "uid bytes base_file"
   std::optional<AgentError> fail_with;
 };
 

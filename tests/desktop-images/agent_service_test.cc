@@ -150,6 +150,33 @@ TEST_F(ServiceFixture, SetLimitsWritesTheExecCgroupsFiles) {
   fs::remove_all(cg);
 }
 
+TEST_F(ServiceFixture, SetLimitsDiskGoesToRootsQuota) {
+  pb::Request r;
+  r.set_id(8);
+  AgentLimits limits;
+  limits.exec.cgroup = "/nonexistent-cgroup";  // never written: pids and memory stay 0
+  // Without a base file (no --exec-disk-mib) a disk limit is unsupported, and nothing is set.
+  auto none = MakeService(real_processes, inline_tasks, limits);
+  r.mutable_set_limits()->set_exec_disk_bytes(64ull << 20);
+  EXPECT_EQ(Call(*none, r).error().code(), pb::Error::UNSUPPORTED);
+  EXPECT_TRUE(system.disk_limits.empty());
+
+  limits.exec.disk_base_file = "/run/base-for-test";
+  auto service = MakeService(real_processes, inline_tasks, limits);
+  EXPECT_TRUE(Call(*service, r).has_ack());
+  ASSERT_EQ(system.disk_limits, (std::vector<std::string>{"0 67108864 /run/base-for-test"}));
+  // Under 1 MiB is refused before anything is set.
+  r.mutable_set_limits()->set_exec_disk_bytes(1000);
+  EXPECT_EQ(Call(*service, r).error().code(), pb::Error::INVALID_ARGUMENT);
+  EXPECT_EQ(system.disk_limits.size(), 1u);
+  // The quota call's error is the answer.
+  system.fail_with = AgentError{pb::Error::UNSUPPORTED, "no quota"};
+  r.mutable_set_limits()->set_exec_disk_bytes(32ull << 20);
+  auto failed = Call(*service, r);
+  ASSERT_TRUE(failed.has_error());
+  EXPECT_EQ(failed.error().code(), pb::Error::UNSUPPORTED);
+}
+
 TEST_F(ServiceFixture, UnknownKindIsUnsupported) {
   auto service = Service();
   pb::Request r;

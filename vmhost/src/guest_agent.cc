@@ -221,6 +221,7 @@ asio::awaitable<Result<void>> AgentGuest::SetLimits(GuestLimits limits) {
   auto* l = req.mutable_set_limits();
   l->set_exec_pids_max(limits.exec_pids_max);
   l->set_exec_memory_bytes(limits.exec_memory_bytes);
+  l->set_exec_disk_bytes(limits.exec_disk_bytes);
   auto r = co_await client_->Call(std::move(req), timeouts_.clipboard);
   if (!r) co_return std::unexpected(std::move(r.error()));
   if (!r->has_ack()) co_return std::unexpected(WrongKind("setting limits"));

@@ -74,6 +74,7 @@ Without any of the last three the sandbox gets the daemon's default policy.
   --cpu-max CPUS        CPU cap, e.g. 0.5 (default: the template's vCPUs); docs/limits.md
   --exec-pids-max N     tasks exec commands may have at once, 16..4096 (default 1024)
   --exec-memory-mib N   memory of exec commands, MiB (default half of the guest's RAM)
+  --exec-disk-mib N     how much exec commands' files may add to the disk, MiB (default 512)
 )";
 constexpr std::string_view kListUsage = R"(usage: deskbox ls [--state STATE]
 Lists sandboxes: all but stopped ones, or those in STATE
@@ -496,6 +497,7 @@ class CommandParser {
         {"--cpu-weight", "", true, SetCount(c.cpu_weight)},
         {"--exec-pids-max", "", true, SetCount(c.exec_pids_max)},
         {"--exec-memory-mib", "", true, SetCount(c.exec_memory_mib)},
+        {"--exec-disk-mib", "", true, SetCount(c.exec_disk_mib)},
         {"--cpu-max", "", true,
          [&c](std::string_view v) -> std::optional<std::string> {
            double x = 0;

@@ -37,6 +37,7 @@ ApiRequest CreateRequest(const CreateCommand& c) {
   if (c.cpu_max) body["limits"]["cpu_max"] = *c.cpu_max;
   if (c.exec_pids_max) body["limits"]["exec_pids_max"] = *c.exec_pids_max;
   if (c.exec_memory_mib) body["limits"]["exec_memory_mib"] = *c.exec_memory_mib;
+  if (c.exec_disk_mib) body["limits"]["exec_disk_mib"] = *c.exec_disk_mib;
   return {verb::post, "/v1/sandboxes", std::move(body)};
 }
 

@@ -47,8 +47,9 @@ struct SandboxRecord {
   // Its CPU share and cap (`limits`, docs/limits.md); 0: the default (weight 100; a cap of the
   // template's vCPUs, i.e. none beyond the guest's own).
   uint32_t cpu_weight = 0, cpu_max_millis = 0;
-  // The limits of its guest's exec commands; 0: the guest's defaults (1024 tasks, half of RAM).
-  uint32_t exec_pids_max = 0, exec_memory_mib = 0;
+  // The limits of its guest's exec commands; 0: the guest's defaults (1024 tasks, half of RAM,
+  // 512 MiB of disk).
+  uint32_t exec_pids_max = 0, exec_memory_mib = 0, exec_disk_mib = 0;
 };
 
 struct KeyRecord {

@@ -53,11 +53,12 @@ struct ExecResult {
   std::chrono::milliseconds duration{0};
 };
 
-// The limits of the cgroup the guest's exec commands run in (docs/limits.md); 0 leaves one as
-// it is.
+// The limits of the guest's exec commands (docs/limits.md): their cgroup's pids and memory, and
+// how much root's files may grow on the guest's disk; 0 leaves one as it is.
 struct GuestLimits {
   uint32_t exec_pids_max = 0;
   uint64_t exec_memory_bytes = 0;
+  uint64_t exec_disk_bytes = 0;
 };
 
 struct FileWriteSpec {

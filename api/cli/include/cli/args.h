@@ -54,7 +54,7 @@ struct CreateCommand {
   EgressPolicyArgs egress;  // sent only when given()
   std::optional<uint64_t> cpu_weight;  // limits (docs/limits.md); the daemon checks the ranges
   std::optional<double> cpu_max;
-  std::optional<uint64_t> exec_pids_max, exec_memory_mib;
+  std::optional<uint64_t> exec_pids_max, exec_memory_mib, exec_disk_mib;
 };
 struct ListCommand {
   std::optional<std::string> state;
